@@ -1,0 +1,44 @@
+"""safeact: run an AI agent's real-world actions at most once per key, across crashes.
+
+A guarded call returns an ``Outcome``: ``Succeeded``, ``Failed`` or ``InDoubt`` (the process
+stopped between the action and its record; go and check). See README.md and DESIGN.md.
+"""
+
+from safeact._ledger import Store, get_store
+from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
+from safeact._protocol import Record, State
+from safeact._tool import SafeTool, raise_on_doubt, safe
+from safeact.exceptions import (
+    FailedCallError,
+    InDoubtError,
+    KeyConflictError,
+    SafeError,
+    StoreError,
+)
+
+__all__ = [
+    "Failed",
+    "FailedCallError",
+    "InDoubt",
+    "InDoubtError",
+    "KeyConflictError",
+    "Outcome",
+    "Record",
+    "SafeError",
+    "SafeTool",
+    "State",
+    "Store",
+    "StoreError",
+    "Succeeded",
+    "get_store",
+    "raise_on_doubt",
+    "safe",
+]
+
+
+def __getattr__(name: str) -> str:
+    if name == "__version__":
+        from importlib.metadata import version  # noqa: PLC0415 - only when asked for
+
+        return version("safeact")
+    raise AttributeError(f"module 'safeact' has no attribute {name!r}")

@@ -1,0 +1,375 @@
+"""The SQLite ledger: schema and version, durability, and every read and write of a key's row."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import sqlite3
+import threading
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import TYPE_CHECKING, Self, TypeAlias
+
+from safeact._codec import encode_untyped
+from safeact._protocol import UNSETTLED, Record, State, check_resolvable
+from safeact.exceptions import SafeError, StoreError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+    from types import TracebackType
+
+    from safeact._protocol import JSON
+
+__all__ = ["Store", "get_store", "utc_now"]
+
+APPLICATION_ID = 0x53414654  # "SAFT": marks a file as a safeact ledger
+SCHEMA_VERSION = 1
+
+_SCHEMA = (
+    f"""CREATE TABLE calls (
+        key            TEXT PRIMARY KEY NOT NULL,
+        tool           TEXT NOT NULL,
+        args_hash      TEXT NOT NULL,
+        state          TEXT NOT NULL CHECK (state IN ({", ".join(f"'{s.value}'" for s in State)})),
+        attempt_id     TEXT NOT NULL,
+        attempted_at   TEXT NOT NULL,
+        finished_at    TEXT,
+        result         TEXT,
+        error_type     TEXT,
+        error_message  TEXT,
+        schema_version INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    "CREATE INDEX calls_unsettled ON calls (attempted_at) "
+    "WHERE state IN ('attempting', 'in_doubt')",
+    f"PRAGMA application_id = {APPLICATION_ID}",
+    f"PRAGMA user_version = {SCHEMA_VERSION}",
+)
+
+_COLUMNS = (
+    "key, tool, state, args_hash, attempt_id, attempted_at, finished_at, result, "
+    "error_type, error_message"
+)
+_UNSETTLED_SQL = ", ".join(f"'{s.value}'" for s in UNSETTLED)
+
+
+def utc_now() -> datetime:
+    """Return the current time, timezone-aware UTC."""
+    return datetime.now(UTC)
+
+
+def _time(value: datetime | None) -> str | None:
+    return None if value is None else value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def get_store(path: str | os.PathLike[str], *, fsync_attempts: bool = True) -> Store:
+    """Open the ledger at ``path``, creating it (readable by its owner only) if it is missing.
+
+    Raises:
+        StoreError: the file cannot be created or opened, is not a SQLite database, is
+            corrupt, is some other program's database, or was written by a newer safeact.
+            The file is left as it was.
+    """
+    return Store(path, fsync_attempts=fsync_attempts)
+
+
+class Store:
+    """A ledger of keys in one SQLite file, shared safely by threads and processes.
+
+    Each thread gets its own connection; the database, not a lock in this process, decides
+    which caller wins a key. Use as a context manager, or call ``close``.
+
+    ``fsync_attempts=False`` stops syncing the ATTEMPTING record to disk before the action
+    runs: it then survives a process crash but not an OS crash or power loss, after which
+    the action can run a second time.
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, fsync_attempts: bool = True) -> None:
+        """Open (or create) the ledger; see ``get_store``."""
+        self._path = Path(path)
+        self._fsync_attempts = fsync_attempts
+        self._local = threading.local()
+        self._connections: list[sqlite3.Connection] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self._create_file()
+        self._connection()
+
+    @property
+    def path(self) -> Path:
+        """The ledger file."""
+        return self._path
+
+    def __repr__(self) -> str:
+        return f"Store({str(self._path)!r})"
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Close every connection of this store; later use raises ``StoreError``."""
+        with self._lock:
+            self._closed = True
+            connections, self._connections = self._connections, []
+        for connection in connections:
+            connection.close()
+
+    def get(self, key: str) -> Record | None:
+        """Return the record of ``key``, or ``None`` if it was never claimed."""
+        with self._errors():
+            row = (
+                self._connection()
+                .execute(f"SELECT {_COLUMNS} FROM calls WHERE key = ?", (key,))  # noqa: S608 - constant columns
+                .fetchone()
+            )
+        return None if row is None else _record(row)
+
+    def list_in_doubt(self) -> list[Record]:
+        """Return every key that needs a decision (IN_DOUBT and ATTEMPTING), oldest first.
+
+        ATTEMPTING includes callers that are still running: a live caller cannot yet be told
+        from a dead one.
+        """
+        with self._errors():
+            rows = (
+                self._connection()
+                .execute(
+                    f"SELECT {_COLUMNS} FROM calls WHERE state IN ({_UNSETTLED_SQL}) "  # noqa: S608 - constants
+                    "ORDER BY attempted_at, key"
+                )
+                .fetchall()
+            )
+        return [_record(row) for row in rows]
+
+    def resolve(self, key: str, *, happened: bool, result: object = None) -> Record:
+        """Close an in-doubt (IN_DOUBT or ATTEMPTING) key after checking what really happened.
+
+        ``happened=True`` records it as SUCCEEDED with ``result``, given as the tool would
+        have returned it; later calls replay it, rebuilt as the tool's return type.
+        ``happened=False`` releases it: the next call runs the action.
+
+        Raises:
+            SafeError: the key is unknown, not in doubt, or changed while being resolved.
+            ValueError: ``result`` cannot be stored, or was given with ``happened=False``.
+        """
+        if not happened and result is not None:
+            raise ValueError("a result makes sense only with happened=True")
+        check_resolvable(key, self.get(key))
+        if happened:
+            stored = json.dumps(encode_untyped(result))
+            sql = "UPDATE calls SET state = ?, result = ?, finished_at = ? WHERE key = ? AND state IN "
+            params: tuple[object, ...] = (State.SUCCEEDED.value, stored, _time(utc_now()), key)
+        else:
+            sql = "UPDATE calls SET state = ?, finished_at = ? WHERE key = ? AND state IN "
+            params = (State.RELEASED.value, _time(utc_now()), key)
+        with self._errors():
+            changed = self._write(sql + f"({_UNSETTLED_SQL})", params, sync=True)
+        record = self.get(key)
+        if not changed or record is None:
+            raise SafeError(f"cannot resolve key {key!r}: it changed while being resolved")
+        return record
+
+    def claim(self, key: str, tool: str, args_hash: str, *, attempt_id: str,
+              previous: Record | None) -> tuple[Record, bool]:
+        """Durably record ``key`` as ATTEMPTING for this attempt, if nobody else did first.
+
+        ``previous`` is the record the decision was made on: ``None`` (insert a row; the
+        primary key picks one winner) or a RELEASED row (taken over only if still RELEASED).
+        Returns the key's record now and whether this attempt owns it.
+        """
+        now = utc_now().isoformat(timespec="microseconds")
+        with self._errors():
+            if previous is None:
+                try:
+                    self._write(
+                        f"INSERT INTO calls ({_COLUMNS}, schema_version) "  # noqa: S608 - constants
+                        "VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, ?)",
+                        (key, tool, State.ATTEMPTING.value, args_hash, attempt_id, now,
+                         SCHEMA_VERSION),
+                        sync=True,
+                    )
+                    won = True
+                except sqlite3.IntegrityError:
+                    won = False
+            else:
+                won = self._write(
+                    "UPDATE calls SET state = ?, attempt_id = ?, attempted_at = ?, "
+                    "finished_at = NULL, result = NULL, error_type = NULL, error_message = NULL "
+                    "WHERE key = ? AND state = ? AND attempt_id = ?",
+                    (State.ATTEMPTING.value, attempt_id, now, key, State.RELEASED.value,
+                     previous.attempt_id),
+                    sync=True,
+                )
+        if won:
+            return Record(key=key, tool=tool, state=State.ATTEMPTING, args_hash=args_hash,
+                          attempt_id=attempt_id, attempted_at=datetime.fromisoformat(now)), True
+        record = self.get(key)
+        if record is None:
+            raise StoreError(f"{self._path}: key {key!r} vanished while being claimed")
+        return record, False
+
+    def finish(self, key: str, attempt_id: str, *, state: State, result: JSON = None,
+               error_type: str | None = None, error_message: str | None = None) -> bool:
+        """Record how this attempt ended; the owner's word replaces whatever its row says.
+
+        Returns False if the row belongs to a newer attempt (the key was released and claimed
+        again meanwhile), in which case nothing is written.
+        """
+        stored = None if result is None else json.dumps(result)
+        with self._errors():
+            return self._write(
+                "UPDATE calls SET state = ?, result = ?, error_type = ?, error_message = ?, "
+                "finished_at = ? WHERE key = ? AND attempt_id = ?",
+                (state.value, stored, error_type, error_message, _time(utc_now()), key,
+                 attempt_id),
+                sync=False,
+            )
+
+    def mark_in_doubt(self, key: str, attempt_id: str) -> None:
+        """Turn this attempt's ATTEMPTING row into IN_DOUBT; a finished row is left alone."""
+        with self._errors():
+            self._write(
+                "UPDATE calls SET state = ? WHERE key = ? AND attempt_id = ? AND state = ?",
+                (State.IN_DOUBT.value, key, attempt_id, State.ATTEMPTING.value),
+                sync=False,
+            )
+
+    def _write(self, sql: str, params: tuple[object, ...], *, sync: bool) -> bool:
+        """Run one statement as its own transaction; return whether it changed a row.
+
+        ``sync`` commits with ``synchronous=FULL`` (the WAL is fsynced before the commit
+        returns), otherwise ``NORMAL`` (durable across a process crash; synced at the next
+        FULL commit or checkpoint).
+        """
+        connection = self._connection()
+        full = sync and self._fsync_attempts
+        if full:
+            connection.execute("PRAGMA synchronous = FULL")
+        try:
+            return connection.execute(sql, params).rowcount > 0
+        finally:
+            if full:
+                connection.execute("PRAGMA synchronous = NORMAL")
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.IntegrityError:
+            raise
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self._path}: {exc}") from exc
+
+    def _create_file(self) -> None:
+        """Create the ledger file with owner-only permissions, if it does not exist."""
+        try:
+            fd = os.open(self._path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
+            return
+        except OSError as exc:
+            raise StoreError(f"{self._path}: cannot create the ledger: {exc}") from exc
+        os.close(fd)
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError(f"{self._path}: the store is closed")
+        local = self._local
+        if getattr(local, "pid", None) != os.getpid():
+            # A connection must not cross a fork; each process and thread opens its own.
+            local.connection = self._open()
+            local.pid = os.getpid()
+        connection: sqlite3.Connection = local.connection
+        return connection
+
+    def _open(self) -> sqlite3.Connection:
+        with self._errors():
+            connection = sqlite3.connect(
+                self._path, isolation_level=None, check_same_thread=False, timeout=30.0
+            )
+        try:
+            with self._errors():
+                _prepare(connection, self._path)
+        except BaseException:
+            connection.close()
+            raise
+        with self._lock:
+            if self._closed:
+                connection.close()
+                raise StoreError(f"{self._path}: the store is closed")
+            self._connections.append(connection)
+        return connection
+
+
+def _prepare(connection: sqlite3.Connection, path: Path) -> None:
+    """Check the file is a safeact ledger this version can use, creating the schema if empty.
+
+    Nothing is written to a file that fails the check.
+    """
+    connection.execute("PRAGMA busy_timeout = 30000")
+    if not _is_current(connection, path):
+        # Two processes may open a new file at once: the write lock makes one create it.
+        connection.execute("BEGIN IMMEDIATE")
+        try:
+            if not _is_current(connection, path):
+                for statement in _SCHEMA:
+                    connection.execute(statement)
+            connection.execute("COMMIT")
+        finally:
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+    mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+    if mode != "wal":
+        raise StoreError(f"{path}: cannot switch the ledger to WAL mode (it stays {mode!r})")
+    connection.execute("PRAGMA synchronous = NORMAL")
+
+
+def _is_current(connection: sqlite3.Connection, path: Path) -> bool:
+    """Return True for a ledger of this schema, False for an empty database.
+
+    Raises:
+        StoreError: the file is another program's database or from a newer safeact.
+    """
+    application_id = connection.execute("PRAGMA application_id").fetchone()[0]
+    version = connection.execute("PRAGMA user_version").fetchone()[0]
+    if application_id == APPLICATION_ID:
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{path}: the ledger has schema version {version}, newer than this safeact "
+                f"understands ({SCHEMA_VERSION}); upgrade safeact. The file was not changed"
+            )
+        return True
+    tables = connection.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
+    if application_id != 0 or tables:
+        raise StoreError(
+            f"{path}: this is a SQLite database but not a safeact ledger; "
+            "point safeact at a new file. The file was not changed"
+        )
+    return False
+
+
+_Row: TypeAlias = tuple[str, str, str, str, str, str, str | None, str | None, str | None, str | None]
+
+
+def _record(row: _Row) -> Record:
+    (key, tool, state, args_hash, attempt_id, attempted_at, finished_at, result, error_type,
+     error_message) = row
+    return Record(
+        key=key,
+        tool=tool,
+        state=State(state),
+        args_hash=args_hash,
+        attempt_id=attempt_id,
+        attempted_at=datetime.fromisoformat(attempted_at),
+        finished_at=None if finished_at is None else datetime.fromisoformat(finished_at),
+        result=None if result is None else json.loads(result),
+        error_type=error_type,
+        error_message=error_message,
+    )

@@ -1,0 +1,101 @@
+"""The three outcomes of a guarded call, and their bridges to exceptions and to ``returns``."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import TYPE_CHECKING, Generic, NoReturn, TypeAlias, TypeVar, final
+
+import attrs
+
+from safeact.exceptions import FailedCallError, InDoubtError
+
+if TYPE_CHECKING:
+    from returns.result import Result
+
+__all__ = ["Failed", "InDoubt", "Outcome", "Succeeded"]
+
+T_co = TypeVar("T_co", covariant=True)
+
+
+@final
+@attrs.frozen
+class Succeeded(Generic[T_co]):
+    """The action ran and returned ``value``.
+
+    ``replayed`` is False on the call that ran it, True when the value was read back from the
+    ledger and nothing ran.
+    """
+
+    key: str
+    value: T_co
+    replayed: bool = False
+
+    def to_result(self) -> Result[T_co, InDoubt | Failed]:
+        """Return ``Success(value)``."""
+        from returns.result import Success  # noqa: PLC0415 - keeps `import safeact` light
+
+        return Success(self.value)
+
+    def unwrap(self) -> T_co:
+        """Return the value."""
+        return self.value
+
+
+@final
+@attrs.frozen
+class InDoubt:
+    """The action may or may not have run: a caller stopped between the action and its record.
+
+    The fields are the receipt to go and check with: the key, the tool, when it was attempted
+    (timezone-aware UTC) and the hash of its arguments. Nothing runs under this key again
+    until it is resolved.
+    """
+
+    key: str
+    tool: str
+    attempted_at: datetime
+    args_hash: str
+
+    def to_result(self) -> Result[NoReturn, InDoubt | Failed]:
+        """Return ``Failure(self)``."""
+        from returns.result import Failure  # noqa: PLC0415 - keeps `import safeact` light
+
+        return Failure(self)
+
+    def unwrap(self) -> NoReturn:
+        """Raise ``InDoubtError`` carrying the receipt."""
+        raise InDoubtError(self.key, self.tool, self.attempted_at, self.args_hash)
+
+
+@final
+@attrs.frozen
+class Failed:
+    """The action raised an ``Exception``; it is never run again under this key.
+
+    ``exception`` is the live exception on the call that ran the action and ``None`` on a
+    replay (``replayed=True``), where ``error_type`` and ``message`` were kept.
+    """
+
+    key: str
+    tool: str
+    error_type: str
+    message: str
+    replayed: bool = False
+    exception: Exception | None = attrs.field(default=None, eq=False, repr=False)
+
+    def to_result(self) -> Result[NoReturn, InDoubt | Failed]:
+        """Return ``Failure(self)``."""
+        from returns.result import Failure  # noqa: PLC0415 - keeps `import safeact` light
+
+        return Failure(self)
+
+    def unwrap(self) -> NoReturn:
+        """Raise ``FailedCallError``, chained from the live exception where there is one."""
+        raise FailedCallError(self.key, self.tool, self.error_type, self.message) from (
+            self.exception
+        )
+
+
+Outcome: TypeAlias = Succeeded[T_co] | InDoubt | Failed
+"""What a guarded call returns. Write ``Outcome[Receipt]``; a bare ``Outcome`` is an error
+under ``mypy --strict``."""

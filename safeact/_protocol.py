@@ -1,0 +1,184 @@
+"""The state machine of a key, in one place: the states, the pure decisions, the checkpoints.
+
+::
+
+                 claim (INSERT, synced)            action returned
+      (no row) ──────────────────────► ATTEMPTING ─────────────────► SUCCEEDED ──┐
+          ▲                              │  │  │   action raised                 │ replay
+          │                              │  │  └─────────────────► FAILED ─────┤ (nothing
+          │            found by another  │  │                                   │  runs)
+          │            caller, or the    │  └── owner's own completion ──┐      │
+          │            owner interrupted ▼                              ▼      │
+          │                            IN_DOUBT ── resolve(happened=True) ──► SUCCEEDED
+          │                              │
+          │    resolve(happened=False)   ▼
+          └──── claim again ◄──────── RELEASED
+
+A row is written only by the owner of the current attempt (identified by ``attempt_id``), by
+a caller that finds it ATTEMPTING (which marks it IN_DOUBT), or by ``resolve``. The owner's
+completion always replaces whatever its own attempt's row says, because the owner knows what
+happened; a new attempt gets a new ``attempt_id``, so a stale owner cannot overwrite it.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Literal, TypeAlias
+
+import attrs
+
+from safeact.exceptions import KeyConflictError, SafeError
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+__all__ = [
+    "JSON",
+    "Checkpoint",
+    "Doubt",
+    "Record",
+    "Replay",
+    "Run",
+    "State",
+    "Step",
+    "checkpoint",
+    "checkpoint_hook",
+    "check_resolvable",
+    "next_step",
+]
+
+JSON: TypeAlias = None | bool | int | float | str | list["JSON"] | dict[str, "JSON"]
+
+
+class State(enum.Enum):
+    """Where a key stands in the ledger."""
+
+    ATTEMPTING = "attempting"
+    """Claimed and durably recorded; the action is running, or its caller died."""
+    SUCCEEDED = "succeeded"
+    """The action returned; its result is stored and replayed."""
+    FAILED = "failed"
+    """The action raised; the error is stored and replayed, the action never re-run."""
+    IN_DOUBT = "in_doubt"
+    """Nobody knows whether the action ran; waits for ``Store.resolve``."""
+    RELEASED = "released"
+    """Resolved as not having happened; the next call runs the action."""
+
+
+UNSETTLED = frozenset({State.ATTEMPTING, State.IN_DOUBT})
+"""States that need a decision before the key can be used again."""
+
+
+@attrs.frozen(kw_only=True)
+class Record:
+    """One key's row in the ledger.
+
+    ``result`` is the stored result as JSON (rebuilt as the tool's return type on replay);
+    ``error_type`` and ``error_message`` say why the action failed, or, on an IN_DOUBT row,
+    why it is in doubt when that is known.
+    """
+
+    key: str
+    tool: str
+    state: State
+    args_hash: str
+    attempt_id: str
+    attempted_at: datetime
+    finished_at: datetime | None = None
+    result: JSON = None
+    error_type: str | None = None
+    error_message: str | None = None
+
+
+@attrs.frozen
+class Run:
+    """Claim the key (``previous`` is the row the claim replaces, if any), then run it."""
+
+    previous: Record | None
+
+
+@attrs.frozen
+class Replay:
+    """Return the stored outcome of ``record``; nothing runs."""
+
+    record: Record
+
+
+@attrs.frozen
+class Doubt:
+    """Mark ``record`` IN_DOUBT if it is ATTEMPTING and return ``InDoubt``; nothing runs."""
+
+    record: Record
+
+
+Step: TypeAlias = Run | Replay | Doubt
+
+
+def next_step(record: Record | None, tool: str, args_hash: str) -> Step:
+    """Decide what a call of ``tool`` with ``args_hash`` does, given the key's record.
+
+    Raises:
+        KeyConflictError: the key is recorded for another tool or other arguments.
+    """
+    if record is None:
+        return Run(None)
+    if record.tool != tool or record.args_hash != args_hash:
+        raise KeyConflictError(
+            record.key,
+            recorded_tool=record.tool,
+            recorded_args_hash=record.args_hash,
+            tool=tool,
+            args_hash=args_hash,
+        )
+    match record.state:
+        case State.RELEASED:
+            return Run(record)
+        case State.SUCCEEDED | State.FAILED:
+            return Replay(record)
+        case State.ATTEMPTING | State.IN_DOUBT:
+            return Doubt(record)
+
+
+def check_resolvable(key: str, record: Record | None) -> Record:
+    """Return ``record`` if ``resolve`` may close it.
+
+    Raises:
+        SafeError: the key is unknown or not in doubt.
+    """
+    if record is None:
+        raise SafeError(f"cannot resolve key {key!r}: the ledger has no such key")
+    if record.state not in UNSETTLED:
+        raise SafeError(
+            f"cannot resolve key {key!r}: it is {record.state.value}, not in doubt; "
+            "only ATTEMPTING and IN_DOUBT keys need a decision"
+        )
+    return record
+
+
+Checkpoint: TypeAlias = Literal["before_claim", "after_claim", "after_call", "after_record"]
+"""The points of record-before-execute where a crash leaves a different ledger behind."""
+
+_hook: Callable[[Checkpoint], None] | None = None
+
+
+def checkpoint(name: Checkpoint) -> None:
+    """Mark that a call has reached ``name``; a no-op unless a test installed a hook."""
+    if _hook is not None:
+        _hook(name)
+
+
+@contextmanager
+def checkpoint_hook(hook: Callable[[Checkpoint], None]) -> Iterator[None]:
+    """Call ``hook`` at every checkpoint while the block runs. For fault-injection tests only.
+
+    A hook that raises a ``BaseException`` (not an ``Exception``) simulates a crash at that
+    point; one that SIGKILLs its own process is a real one.
+    """
+    global _hook  # noqa: PLW0603 - process-wide on purpose: a crash stops every thread
+    previous, _hook = _hook, hook
+    try:
+        yield
+    finally:
+        _hook = previous

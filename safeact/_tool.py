@@ -1,0 +1,216 @@
+"""Guarded tools: ``safe`` wires the key's decisions to the ledger around a user's function."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import os
+import uuid
+from collections.abc import Callable
+from typing import Concatenate, Generic, ParamSpec, TypeVar, cast
+
+from safeact._codec import ResultNotStorableError, check_return_type, decode, encode
+from safeact._keys import args_hash, check_key
+from safeact._ledger import Store, get_store
+from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
+from safeact._protocol import Doubt, Record, Replay, Run, State, checkpoint, next_step
+from safeact.exceptions import SafeError
+
+__all__ = ["SafeTool", "raise_on_doubt", "safe"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+logger = logging.getLogger("safeact")
+
+
+class safe:  # noqa: N801 - used as a decorator, so it reads as a function
+    """Make functions into tools that run at most once per key.
+
+    ``safe(store)`` takes a ledger path or a ``Store``; ``name`` pins the tool's name (by
+    default ``module.qualname``, the same in every process) so a rename keeps its keys.
+
+    Raises:
+        StoreError: the ledger at ``store`` cannot be opened.
+    """
+
+    __slots__ = ("_name", "_store")
+
+    def __init__(self, store: str | os.PathLike[str] | Store, *, name: str | None = None) -> None:
+        """Open the ledger now, so a bad path fails before any action runs."""
+        if name == "":
+            raise ValueError("name must be a non-empty string, or None for module.qualname")
+        self._store = store if isinstance(store, Store) else get_store(store)
+        self._name = name
+
+    def __call__(self, fn: Callable[Concatenate[str, P], T]) -> SafeTool[P, T]:
+        """Guard ``fn``, whose first parameter receives the key.
+
+        Raises:
+            TypeError: ``fn`` takes no key parameter, or its return type cannot be stored
+                and rebuilt (missing, too loose, awaitable, or unknown to cattrs).
+        """
+        return SafeTool(fn, self._store, name=self._name)
+
+
+class SafeTool(Generic[P, T_co]):
+    """A function guarded by a ledger: call it with a key first, get an ``Outcome``.
+
+    Attributes ``name``, ``store`` and ``return_type`` describe it; ``__wrapped__`` is the
+    function itself.
+    """
+
+    def __init__(
+        self, fn: Callable[Concatenate[str, P], T_co], store: Store, *, name: str | None = None
+    ) -> None:
+        """Check ``fn`` and bind it to ``store``; see ``safe``."""
+        self.name = name if name is not None else f"{fn.__module__}.{fn.__qualname__}"
+        self.store = store
+        self._fn = fn
+        self._signature = _key_first_signature(fn, self.name)
+        self.return_type = check_return_type(fn, self.name)
+        functools.update_wrapper(self, fn)
+
+    def __repr__(self) -> str:
+        return f"<SafeTool {self.name} on {self.store!r}>"
+
+    def __call__(self, key: str, /, *args: P.args, **kwargs: P.kwargs) -> Outcome[T_co]:
+        """Run the function at most once for ``key`` and say what happened.
+
+        Returns ``Succeeded`` (ran now, or replayed), ``Failed`` (raised now, or replayed) or
+        ``InDoubt`` (a caller stopped between the action and its record; nothing runs).
+
+        Raises:
+            TypeError, ValueError: ``key`` is not a non-empty str, or the arguments do not
+                fit the function. Nothing ran.
+            KeyConflictError: ``key`` is recorded for another tool or other arguments.
+            StoreError: the ledger cannot be read or the claim cannot be written.
+            BaseException: an interrupt raised by the function propagates; the key stays in
+                doubt.
+        """
+        check_key(key)
+        try:
+            digest = args_hash(self._signature, args, kwargs)
+        except TypeError as exc:
+            raise TypeError(f"{self.name}: {exc}") from exc
+        record = self.store.get(key)
+        while True:
+            match next_step(record, self.name, digest):
+                case Replay(stored):
+                    return self._replay(stored)
+                case Doubt(unsettled):
+                    return self._doubt(unsettled)
+                case Run(previous):
+                    attempt_id = uuid.uuid4().hex
+                    checkpoint("before_claim")
+                    record, won = self.store.claim(
+                        key, self.name, digest, attempt_id=attempt_id, previous=previous
+                    )
+                    if won:
+                        return self._run(record, args, kwargs)
+
+    def _run(self, record: Record, args: tuple[object, ...], kwargs: dict[str, object]) -> Outcome[T_co]:
+        checkpoint("after_claim")
+        try:
+            value = self._fn(record.key, *args, **kwargs)  # type: ignore[arg-type] # P was checked by the caller's signature
+        except Exception as exc:
+            checkpoint("after_call")
+            error_type = _type_name(type(exc))
+            self._finish(record, State.FAILED, error_type=error_type, error_message=str(exc))
+            checkpoint("after_record")
+            return Failed(record.key, self.name, error_type, str(exc), exception=exc)
+        except BaseException:
+            self._interrupted(record)
+            raise
+        checkpoint("after_call")
+        try:
+            stored = encode(value, self.return_type)
+        except ResultNotStorableError as exc:
+            # It ran, so it must never run again; but without a storable result a replay has
+            # nothing to return: leave the key for an operator to resolve with the value.
+            self._finish(
+                record,
+                State.IN_DOUBT,
+                error_type="safeact.ResultNotStorable",
+                error_message=f"the action ran but its result could not be stored: {exc}",
+            )
+        else:
+            self._finish(record, State.SUCCEEDED, result=stored)
+        checkpoint("after_record")
+        return Succeeded(record.key, value)
+
+    def _finish(self, record: Record, state: State, **outcome: str | None | object) -> None:
+        """Record the end of this attempt; trouble doing so leaves the key in doubt, logged."""
+        try:
+            written = self.store.finish(record.key, record.attempt_id, state=state, **outcome)  # type: ignore[arg-type] # forwarded keywords
+        except SafeError:
+            logger.exception(
+                "%s: could not record %s for key %r; the key stays in doubt",
+                self.name, state.value, record.key,
+            )
+            return
+        if not written:
+            logger.error(
+                "%s: key %r was released and claimed again while this attempt ran; its %s "
+                "was not recorded", self.name, record.key, state.value,
+            )
+
+    def _interrupted(self, record: Record) -> None:
+        try:
+            self.store.mark_in_doubt(record.key, record.attempt_id)
+        except SafeError:
+            logger.exception("%s: could not mark key %r in doubt", self.name, record.key)
+
+    def _replay(self, record: Record) -> Outcome[T_co]:
+        if record.state is State.FAILED:
+            return Failed(
+                record.key,
+                record.tool,
+                record.error_type or "",
+                record.error_message or "",
+                replayed=True,
+            )
+        value = decode(record.result, self.return_type, key=record.key, tool=self.name)
+        return Succeeded(record.key, cast("T_co", value), replayed=True)
+
+    def _doubt(self, record: Record) -> InDoubt:
+        if record.state is State.ATTEMPTING:
+            self.store.mark_in_doubt(record.key, record.attempt_id)
+        return InDoubt(record.key, record.tool, record.attempted_at, record.args_hash)
+
+
+def raise_on_doubt(tool: SafeTool[P, T]) -> Callable[Concatenate[str, P], T]:
+    """Adapt ``tool`` for exception-style callers: same parameters, returns the value.
+
+    The returned function raises ``InDoubtError`` (with the receipt) or ``FailedCallError``
+    (chained from the live exception when the action raised on this call), besides
+    everything the tool itself raises.
+    """
+
+    @functools.wraps(tool)
+    def call(key: str, /, *args: P.args, **kwargs: P.kwargs) -> T:
+        return tool(key, *args, **kwargs).unwrap()
+
+    return call
+
+
+def _key_first_signature(fn: Callable[..., object], tool: str) -> inspect.Signature:
+    signature = inspect.signature(fn)
+    parameters = list(signature.parameters.values())
+    if not parameters or parameters[0].kind not in (
+        inspect.Parameter.POSITIONAL_ONLY,
+        inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    ):
+        raise TypeError(
+            f"{tool} must take the key as its first positional parameter, "
+            "e.g. 'def send_receipt(key: str, to: str) -> Receipt'"
+        )
+    return signature
+
+
+def _type_name(cls: type[BaseException]) -> str:
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"

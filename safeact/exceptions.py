@@ -1,0 +1,92 @@
+"""Exceptions safeact raises.
+
+What happened to an action is never raised: it is an ``Outcome``. These are raised for misuse
+(``KeyConflictError``), for a ledger that cannot be used (``StoreError``), and by the
+exception-style adapters (``InDoubtError``, ``FailedCallError``).
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+__all__ = [
+    "FailedCallError",
+    "InDoubtError",
+    "KeyConflictError",
+    "SafeError",
+    "StoreError",
+]
+
+
+class SafeError(Exception):
+    """Base class of every error safeact raises."""
+
+
+class StoreError(SafeError):
+    """The ledger cannot be opened, read or written; the message names the file."""
+
+
+class KeyConflictError(SafeError):
+    """A key was reused for another tool or with other arguments; nothing ran.
+
+    A key names one action. Reusing it for a different one would replay the wrong result, so
+    safeact refuses: pick a key that identifies this action.
+    """
+
+    def __init__(
+        self,
+        key: str,
+        *,
+        recorded_tool: str,
+        recorded_args_hash: str,
+        tool: str,
+        args_hash: str,
+    ) -> None:
+        self.key = key
+        self.recorded_tool = recorded_tool
+        self.recorded_args_hash = recorded_args_hash
+        self.tool = tool
+        self.args_hash = args_hash
+        if recorded_tool != tool:
+            what = f"tool {recorded_tool!r}, not {tool!r}"
+        else:
+            what = f"other arguments (args hash {recorded_args_hash[:12]}, not {args_hash[:12]})"
+        super().__init__(
+            f"key {key!r} is already recorded for {what}; nothing ran. "
+            "Use a key that identifies this exact action."
+        )
+
+
+class InDoubtError(SafeError):
+    """The action may or may not have run; go and check, then resolve the key.
+
+    Carries the receipt of ``InDoubt``: ``key``, ``tool``, ``attempted_at``, ``args_hash``.
+    """
+
+    def __init__(self, key: str, tool: str, attempted_at: datetime, args_hash: str) -> None:
+        self.key = key
+        self.tool = tool
+        self.attempted_at = attempted_at
+        self.args_hash = args_hash
+        super().__init__(
+            f"{tool} with key {key!r} (attempted at {attempted_at.isoformat()}) may or may not "
+            "have run; check the downstream system, then resolve the key"
+        )
+
+
+class FailedCallError(SafeError):
+    """The action raised; it is not run again under this key.
+
+    ``__cause__`` is the live exception on the call that ran the action, and ``None`` on a
+    replay, where only ``error_type`` and ``message`` were kept.
+    """
+
+    def __init__(self, key: str, tool: str, error_type: str, message: str) -> None:
+        self.key = key
+        self.tool = tool
+        self.error_type = error_type
+        self.message = message
+        super().__init__(f"{tool} with key {key!r} failed: {error_type}: {message}")
