@@ -1,0 +1,29 @@
+"""Tools shared by the tests and the subprocesses they start: effects are counted in a file."""
+
+import os
+from pathlib import Path
+
+import attrs
+
+
+@attrs.frozen
+class Receipt:
+    to: str
+    amount: int
+
+
+def record_effect(effects: Path, key: str) -> None:
+    """Append one line for a real side effect, synced so a SIGKILL right after cannot lose it."""
+    fd = os.open(effects, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    try:
+        os.write(fd, f"{key}\n".encode())
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def count_effects(effects: Path, key: str) -> int:
+    """How many times the action for ``key`` really ran."""
+    if not effects.exists():
+        return 0
+    return effects.read_text().splitlines().count(key)

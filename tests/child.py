@@ -1,0 +1,66 @@
+"""A process that makes one guarded call and prints its outcome as JSON.
+
+Usage: python tests/child.py LEDGER EFFECTS KEY [--kill-at CHECKPOINT] [--fail] [--barrier]
+
+--kill-at SIGKILLs this process at that checkpoint of the protocol; --barrier prints
+"ready" and waits for a line on stdin before calling, so several processes start together.
+"""
+
+import argparse
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from safeact import Failed, InDoubt, Succeeded, get_store, safe
+from safeact._protocol import Checkpoint, checkpoint_hook
+from tests.actions import Receipt, record_effect
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("ledger", type=Path)
+    parser.add_argument("effects", type=Path)
+    parser.add_argument("key")
+    parser.add_argument("--kill-at")
+    parser.add_argument("--fail", action="store_true")
+    parser.add_argument("--barrier", action="store_true")
+    options = parser.parse_args()
+
+    store = get_store(options.ledger)
+
+    @safe(store, name="tests.charge")
+    def charge(key: str, to: str, amount: int) -> Receipt:
+        record_effect(options.effects, key)
+        if options.fail:
+            raise RuntimeError("card declined")
+        return Receipt(to, amount)
+
+    def kill_at(point: Checkpoint) -> None:
+        if point == options.kill_at:
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    if options.barrier:
+        print("ready", flush=True)
+        sys.stdin.readline()
+    with checkpoint_hook(kill_at):
+        outcome = charge(options.key, "a@example.com", 50)
+    match outcome:
+        case Succeeded(value=value, replayed=replayed):
+            report = {"kind": "Succeeded", "replayed": replayed, "value": attrs_dict(value)}
+        case InDoubt(key=key, tool=tool):
+            report = {"kind": "InDoubt", "key": key, "tool": tool}
+        case Failed(error_type=error_type, message=message, replayed=replayed):
+            report = {"kind": "Failed", "replayed": replayed, "error": f"{error_type}: {message}"}
+    print(json.dumps(report), flush=True)
+
+
+def attrs_dict(value: Receipt) -> dict[str, object]:
+    return {"to": value.to, "amount": value.amount}
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,176 @@
+"""Return types: what can be stored and rebuilt, and what is refused before anything runs."""
+
+import dataclasses
+import datetime as dt
+import decimal
+import enum
+import uuid
+from collections.abc import Awaitable, Iterator
+from typing import Any, Literal, TypedDict, TypeVar
+
+import attrs
+import pytest
+
+from safeact import Store, StoreError, Succeeded, safe
+
+
+class Colour(enum.Enum):
+    RED = "red"
+    BLUE = "blue"
+
+
+@attrs.frozen
+class Line:
+    sku: str
+    price: decimal.Decimal
+
+
+@dataclasses.dataclass(frozen=True)
+class Order:
+    id: uuid.UUID
+    placed: dt.datetime
+    lines: list[Line]
+    colour: Colour | None
+
+
+class Summary(TypedDict):
+    total: int
+    tags: list[str]
+
+
+ORDER = Order(
+    uuid.UUID(int=7),
+    dt.datetime(2026, 11, 30, 12, 0, tzinfo=dt.UTC),
+    [Line("a", decimal.Decimal("1.10")), Line("b", decimal.Decimal("0.3"))],
+    Colour.BLUE,
+)
+
+ROUND_TRIPS: list[tuple[object, object]] = [
+    (Order, ORDER),
+    (Summary, Summary(total=3, tags=["x"])),
+    (dict[str, int], {"a": 1}),
+    (list[dt.date], [dt.date(2026, 1, 1)]),
+    (tuple[int, str], (1, "x")),
+    (int | None, None),
+    (int | str, "x"),
+    (Literal["sent", "queued"], "queued"),
+    (None, None),
+    (float, 1.5),
+    (bool, True),
+]
+
+
+@pytest.mark.parametrize(("return_type", "value"), ROUND_TRIPS)
+def test_replay_rebuilds_the_annotated_type(
+    store: Store, return_type: object, value: object
+) -> None:
+    """A stored result replays equal to the original and of the same type."""
+
+    def act(key: str) -> Any:
+        return value
+
+    act.__annotations__["return"] = return_type
+    tool = safe(store)(act)
+    assert tool("k") == Succeeded("k", value)
+    replay = tool("k")
+    assert replay == Succeeded("k", value, replayed=True)
+    assert type(replay.value) is type(value)  # type: ignore[union-attr] # a Succeeded
+
+
+class Plain:
+    pass
+
+
+T = TypeVar("T")
+
+
+@pytest.mark.parametrize(
+    ("return_type", "message"),
+    [
+        (Plain, "cannot store and rebuild"),
+        (list[Plain], "cannot store and rebuild"),
+        (Any, "too loose"),
+        (object, "too loose"),
+        (T, "too loose"),
+        (Awaitable[int], "not something to await"),
+        (Iterator[int], "not something to await"),
+    ],
+)
+def test_unsupported_return_type_is_refused_at_decoration(
+    store: Store, return_type: object, message: str
+) -> None:
+    """A return type that cannot be stored is a TypeError when the tool is made."""
+
+    def act(key: str) -> Any:
+        raise AssertionError
+
+    act.__annotations__["return"] = return_type
+    with pytest.raises(TypeError, match=message):
+        safe(store)(act)
+
+
+def test_missing_return_annotation_is_refused(store: Store) -> None:
+    """A function without a return annotation cannot become a tool; the error shows the fix."""
+
+    def act(key):  # type: ignore[no-untyped-def] # noqa: ANN001, ANN202 - the misuse under test
+        return 1
+
+    with pytest.raises(TypeError, match="has no return annotation.*annotate it"):
+        safe(store)(act)
+
+
+def test_async_function_is_refused(store: Store) -> None:
+    """An async function is refused with a clear message, not stored as a coroutine."""
+
+    async def act(key: str) -> int:
+        return 1
+
+    with pytest.raises(TypeError, match="is async"):
+        safe(store)(act)
+
+
+@pytest.mark.parametrize("signature", ["", "*, key: str", "*keys: str"])
+def test_function_without_positional_key_is_refused(store: Store, signature: str) -> None:
+    """The first parameter must be positional, to receive the key."""
+    namespace: dict[str, object] = {}
+    exec(f"def act({signature}) -> int:\n    return 1", namespace)  # noqa: S102 - builds the signatures under test
+    with pytest.raises(TypeError, match="first positional parameter"):
+        safe(store)(namespace["act"])  # type: ignore[arg-type] # the misuse under test
+
+
+def test_result_that_no_longer_decodes_raises_store_error_and_does_not_rerun(
+    store: Store,
+) -> None:
+    """A stored result that does not fit a changed return type raises StoreError; nothing runs."""
+    runs: list[str] = []
+
+    @safe(store, name="act")
+    def old(key: str) -> int:
+        runs.append(key)
+        return 1
+
+    old("k")
+
+    @safe(store, name="act")
+    def new(key: str) -> Line:
+        runs.append(key)
+        return Line("x", decimal.Decimal(1))
+
+    with pytest.raises(StoreError, match="cannot be rebuilt as .*Line.*not run again"):
+        new("k")
+    assert runs == ["k"]
+
+
+def test_result_with_nan_is_not_storable(store: Store) -> None:
+    """NaN is not JSON: the result is returned, the key left in doubt for a person."""
+
+    @safe(store)
+    def act(key: str) -> float:
+        return float("nan")
+
+    outcome = act("k")
+    assert isinstance(outcome, Succeeded)
+    record = store.get("k")
+    assert record is not None
+    assert record.error_message is not None
+    assert "could not be stored" in record.error_message

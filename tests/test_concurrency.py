@@ -1,0 +1,92 @@
+"""Many callers of one key at once: the database picks one winner, the action runs once."""
+
+import subprocess
+import threading
+from collections import Counter
+from pathlib import Path
+
+from safeact import Failed, InDoubt, Outcome, Store, Succeeded, safe
+from tests.actions import Receipt, count_effects, record_effect
+from tests.processes import child_command, report
+
+KEY = "refund-8842"
+
+
+def kind(outcome: Outcome[object]) -> str:
+    match outcome:
+        case Succeeded(replayed=False):
+            return "ran"
+        case Succeeded():
+            return "replayed"
+        case InDoubt():
+            return "in doubt"
+        case Failed():
+            return "failed"
+
+
+def test_sixteen_threads_on_one_key_run_it_once(store: Store, tmp_path: Path) -> None:
+    """16 threads released together on one key: one runs it, none fails, the rest learn of it."""
+    effects = tmp_path / "effects"
+    start = threading.Barrier(16)
+
+    @safe(store)
+    def charge(key: str, amount: int) -> Receipt:
+        record_effect(effects, key)
+        return Receipt("a@b.c", amount)
+
+    outcomes: list[Outcome[Receipt]] = []
+    errors: list[BaseException] = []
+
+    def call() -> None:
+        start.wait()
+        try:
+            outcomes.append(charge(KEY, 50))
+        except BaseException as exc:  # noqa: BLE001 - surfaced by the assertion below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call) for _ in range(16)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert errors == []
+    kinds = Counter(kind(outcome) for outcome in outcomes)
+    assert kinds["ran"] == 1
+    assert kinds["ran"] + kinds["replayed"] + kinds["in doubt"] == 16
+    assert count_effects(effects, KEY) == 1
+
+
+def test_four_processes_on_one_key_run_it_once(tmp_path: Path) -> None:
+    """4 processes released together on one new ledger and key: the action runs once."""
+    ledger, effects = tmp_path / "agent.db", tmp_path / "effects"
+    children = [
+        subprocess.Popen(
+            child_command(ledger, effects, KEY, "--barrier"),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    for child in children:
+        assert child.stdout is not None
+        assert child.stdout.readline() == "ready\n"
+    for child in children:
+        assert child.stdin is not None
+        child.stdin.write("go\n")
+        child.stdin.flush()
+    results = []
+    for child in children:
+        stdout, stderr = child.communicate(timeout=120)
+        results.append(
+            report(subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr))
+        )
+    kinds = Counter(
+        "ran" if r == {**r, "kind": "Succeeded", "replayed": False} else str(r["kind"])
+        for r in results
+    )
+    assert kinds["ran"] == 1
+    assert sum(kinds.values()) == 4
+    assert set(kinds) <= {"ran", "Succeeded", "InDoubt"}
+    assert count_effects(effects, KEY) == 1

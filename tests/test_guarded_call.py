@@ -1,0 +1,324 @@
+"""The contract of a guarded call, one rule at a time, in one process."""
+
+from datetime import UTC
+from pathlib import Path
+
+import pytest
+
+from safeact import (
+    Failed,
+    InDoubt,
+    KeyConflictError,
+    SafeTool,
+    State,
+    Store,
+    Succeeded,
+    get_store,
+    safe,
+)
+from tests.actions import Receipt
+
+
+def make_charge(store: Store, runs: list[str]) -> SafeTool[[str, int], Receipt]:
+    @safe(store)
+    def charge(key: str, to: str, amount: int = 50) -> Receipt:
+        runs.append(key)
+        return Receipt(to, amount)
+
+    return charge
+
+
+def test_first_call_runs_and_records_success(store: Store) -> None:
+    """A new key runs the action once and records its result."""
+    runs: list[str] = []
+    outcome = make_charge(store, runs)("k", "a@b.c", 7)
+    assert outcome == Succeeded("k", Receipt("a@b.c", 7), replayed=False)
+    assert runs == ["k"]
+    record = store.get("k")
+    assert record is not None
+    assert (record.state, record.result) == (State.SUCCEEDED, {"to": "a@b.c", "amount": 7})
+
+
+def test_key_is_passed_to_the_function(store: Store) -> None:
+    """The function receives the key as its first argument."""
+    seen: list[str] = []
+
+    @safe(store)
+    def forward(key: str) -> str:
+        seen.append(key)
+        return key.upper()
+
+    assert forward("refund-8842") == Succeeded("refund-8842", "REFUND-8842")
+    assert seen == ["refund-8842"]
+
+
+def test_second_call_replays_without_running(store: Store) -> None:
+    """A SUCCEEDED key returns its stored result, rebuilt as the return type, and runs nothing."""
+    runs: list[str] = []
+    charge = make_charge(store, runs)
+    charge("k", "a@b.c", 7)
+    replay = charge("k", "a@b.c", 7)
+    assert replay == Succeeded("k", Receipt("a@b.c", 7), replayed=True)
+    assert type(replay.value) is Receipt  # type: ignore[union-attr] # it is Succeeded, checked above
+    assert runs == ["k"]
+
+
+def test_replay_after_reopening_the_store(ledger: Path) -> None:
+    """The record outlives the store object: a new store on the same file replays."""
+    runs: list[str] = []
+    with get_store(ledger) as first:
+        make_charge(first, runs)("k", "a@b.c", 7)
+    with get_store(ledger) as second:
+        assert make_charge(second, runs)("k", "a@b.c", 7).replayed is True  # type: ignore[union-attr] # a Succeeded
+    assert runs == ["k"]
+
+
+def test_defaults_and_keywords_bind_to_the_same_call(store: Store) -> None:
+    """f(k, x), f(k, x, 50) and f(k, to=x, amount=50) are one call, not a conflict."""
+    runs: list[str] = []
+    charge = make_charge(store, runs)
+    charge("k", "a@b.c")
+    assert charge("k", "a@b.c", 50).replayed is True  # type: ignore[union-attr] # a Succeeded
+    assert charge("k", to="a@b.c", amount=50).replayed is True  # type: ignore[union-attr] # a Succeeded
+    assert runs == ["k"]
+
+
+def test_raising_action_is_recorded_failed_and_never_rerun(store: Store) -> None:
+    """An action that raises returns Failed with the live exception, and is not re-run."""
+    runs: list[str] = []
+    error = ValueError("card declined")
+
+    @safe(store, name="decline")
+    def decline(key: str) -> None:
+        runs.append(key)
+        raise error
+
+    first = decline("k")
+    assert first == Failed("k", "decline", "ValueError", "card declined", replayed=False)
+    assert isinstance(first, Failed)
+    assert first.exception is error
+    second = decline("k")
+    assert second == Failed("k", "decline", "ValueError", "card declined", replayed=True)
+    assert isinstance(second, Failed)
+    assert second.exception is None
+    assert runs == ["k"]
+    record = store.get("k")
+    assert record is not None
+    assert (record.state, record.error_type, record.error_message) == (
+        State.FAILED,
+        "ValueError",
+        "card declined",
+    )
+
+
+def test_error_type_names_module_and_class_outside_builtins(store: Store) -> None:
+    """error_type is the qualified class name for non-builtin exceptions."""
+
+    class DeclinedError(Exception):
+        pass
+
+    @safe(store)
+    def decline(key: str) -> None:
+        raise DeclinedError(key)
+
+    outcome = decline("k")
+    assert isinstance(outcome, Failed)
+    assert outcome.error_type == f"{__name__}.{DeclinedError.__qualname__}"
+
+
+@pytest.mark.parametrize("interrupt", [KeyboardInterrupt, SystemExit])
+def test_interrupt_propagates_and_leaves_key_in_doubt(
+    store: Store, interrupt: type[BaseException]
+) -> None:
+    """A BaseException from the action propagates; the key is IN_DOUBT, never run again."""
+    runs: list[str] = []
+
+    @safe(store)
+    def stop(key: str) -> int:
+        runs.append(key)
+        raise interrupt
+
+    with pytest.raises(interrupt):
+        stop("k")
+    record = store.get("k")
+    assert record is not None
+    assert record.state is State.IN_DOUBT
+    outcome = stop("k")
+    assert isinstance(outcome, InDoubt)
+    assert runs == ["k"]
+
+
+def test_attempting_key_is_reported_in_doubt_with_receipt(store: Store) -> None:
+    """A key left ATTEMPTING by a caller that stopped is InDoubt, marked so, and not run."""
+    runs: list[str] = []
+    charge = make_charge(store, runs)
+    store.claim("k", charge.name, _hash_of(charge, "a@b.c", 7), attempt_id="dead", previous=None)
+    outcome = charge("k", "a@b.c", 7)
+    assert isinstance(outcome, InDoubt)
+    record = store.get("k")
+    assert record is not None
+    assert outcome == InDoubt("k", charge.name, record.attempted_at, record.args_hash)
+    assert outcome.attempted_at.tzinfo is UTC
+    assert record.state is State.IN_DOUBT
+    assert charge("k", "a@b.c", 7) == outcome
+    assert runs == []
+
+
+def test_owner_completion_replaces_in_doubt(store: Store) -> None:
+    """A caller that finds the key mid-run gets InDoubt; the owner's success still lands."""
+    inner: list[object] = []
+
+    @safe(store)
+    def charge(key: str) -> int:
+        inner.append(charge(key))  # a second caller arrives while the first is running
+        return 1
+
+    outcome = charge("k")
+    assert outcome == Succeeded("k", 1)
+    assert len(inner) == 1
+    assert isinstance(inner[0], InDoubt)
+    record = store.get("k")
+    assert record is not None
+    assert record.state is State.SUCCEEDED
+    assert charge("k") == Succeeded("k", 1, replayed=True)
+
+
+def test_owner_failure_replaces_in_doubt(store: Store) -> None:
+    """The owner's FAILED record also replaces an IN_DOUBT mark made meanwhile."""
+
+    @safe(store)
+    def charge(key: str) -> int:
+        charge(key)
+        raise RuntimeError("declined")
+
+    assert isinstance(charge("k"), Failed)
+    record = store.get("k")
+    assert record is not None
+    assert record.state is State.FAILED
+
+
+def test_key_reused_for_another_tool_conflicts(store: Store) -> None:
+    """A key recorded for one tool raises KeyConflictError for another, and nothing runs."""
+    runs: list[str] = []
+    make_charge(store, runs)("k", "a@b.c", 7)
+
+    @safe(store)
+    def other(key: str, to: str, amount: int = 50) -> Receipt:
+        runs.append("other")
+        return Receipt(to, amount)
+
+    with pytest.raises(KeyConflictError, match="already recorded for tool"):
+        other("k", "a@b.c", 7)
+    assert runs == ["k"]
+
+
+def test_key_reused_with_other_arguments_conflicts(store: Store) -> None:
+    """A key recorded with some arguments raises KeyConflictError for others; nothing runs."""
+    runs: list[str] = []
+    charge = make_charge(store, runs)
+    charge("k", "a@b.c", 7)
+    with pytest.raises(KeyConflictError, match="other arguments"):
+        charge("k", "a@b.c", 8)
+    assert runs == ["k"]
+
+
+def test_conflict_is_checked_for_in_doubt_keys_too(store: Store) -> None:
+    """Other arguments on an unsettled key are a conflict, not a doubt."""
+    runs: list[str] = []
+    charge = make_charge(store, runs)
+    store.claim("k", charge.name, _hash_of(charge, "a@b.c", 7), attempt_id="dead", previous=None)
+    with pytest.raises(KeyConflictError):
+        charge("k", "a@b.c", 8)
+    record = store.get("k")
+    assert record is not None
+    assert record.state is State.ATTEMPTING
+
+
+@pytest.mark.parametrize(
+    ("key", "error"), [(None, TypeError), (42, TypeError), (b"k", TypeError), ("", ValueError)]
+)
+def test_bad_key_is_refused_before_anything_runs(
+    store: Store, key: object, error: type[Exception]
+) -> None:
+    """A key that is not a non-empty str raises before the ledger or the action is touched."""
+    runs: list[str] = []
+    with pytest.raises(error, match="key"):
+        make_charge(store, runs)(key, "a@b.c", 7)  # type: ignore[arg-type] # the misuse under test
+    assert runs == []
+    assert store.list_in_doubt() == []
+
+
+def test_arguments_that_do_not_fit_are_a_type_error(store: Store) -> None:
+    """Calling a tool with arguments its function does not take raises TypeError; nothing runs."""
+    runs: list[str] = []
+    with pytest.raises(TypeError, match="charge: missing a required argument: 'to'"):
+        make_charge(store, runs)("k")  # type: ignore[call-arg] # the misuse under test
+    assert runs == []
+    assert store.get("k") is None
+
+
+def test_tool_name_defaults_to_module_and_qualname(store: Store) -> None:
+    """The default name is module.qualname; name= pins it."""
+    runs: list[str] = []
+    assert make_charge(store, runs).name == f"{__name__}.make_charge.<locals>.charge"
+
+    @safe(store, name="billing.charge")
+    def charge(key: str) -> None:
+        pass
+
+    assert charge.name == "billing.charge"
+    charge("k")
+    record = store.get("k")
+    assert record is not None
+    assert record.tool == "billing.charge"
+
+
+def test_tool_keeps_the_function_identity(store: Store) -> None:
+    """A tool exposes the wrapped function's name, docstring and __wrapped__."""
+
+    def charge(key: str) -> None:
+        """Charge a card."""
+
+    tool = safe(store)(charge)
+    assert (tool.__name__, tool.__doc__, tool.__wrapped__) == ("charge", "Charge a card.", charge)  # type: ignore[attr-defined] # set by update_wrapper
+
+
+def test_safe_accepts_a_path_string_and_keyword(tmp_path: Path) -> None:
+    """safe("file"), safe(store="file") and safe(Path) all open the ledger at that path."""
+    for index, target in enumerate(
+        [str(tmp_path / "a.db"), tmp_path / "b.db", str(tmp_path / "c.db")]
+    ):
+        decorator = safe(store=target) if index == 2 else safe(target)
+
+        @decorator
+        def act(key: str) -> int:
+            return 1
+
+        assert act("k") == Succeeded("k", 1)
+        act.store.close()
+        with get_store(target) as reopened:
+            assert reopened.get("k") is not None
+
+
+def test_unstorable_result_is_returned_and_key_left_in_doubt(store: Store) -> None:
+    """A result that does not fit its annotation is returned now; the key is never re-run."""
+    runs: list[str] = []
+
+    @safe(store)
+    def lie(key: str) -> int:
+        runs.append(key)
+        return "not an int"  # type: ignore[return-value] # the bug under test
+
+    assert lie("k") == Succeeded("k", "not an int")
+    record = store.get("k")
+    assert record is not None
+    assert record.state is State.IN_DOUBT
+    assert record.error_type == "safeact.ResultNotStorable"
+    assert isinstance(lie("k"), InDoubt)
+    assert runs == ["k"]
+
+
+def _hash_of(tool: SafeTool[[str, int], Receipt], to: str, amount: int) -> str:
+    from safeact._keys import args_hash
+
+    return args_hash(tool._signature, (to, amount), {})

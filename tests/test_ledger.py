@@ -1,0 +1,252 @@
+"""The ledger file: creation, permissions, refusal of foreign or newer files, resolve."""
+
+import os
+import sqlite3
+import stat
+import subprocess
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+import pytest
+
+from safeact import SafeError, State, Store, StoreError, Succeeded, get_store, safe
+from safeact._ledger import APPLICATION_ID, SCHEMA_VERSION
+
+
+def test_new_ledger_and_its_wal_are_owner_only(ledger: Path) -> None:
+    """The ledger file and its WAL side files are created readable by the owner only."""
+    with get_store(ledger) as store:
+
+        @safe(store)
+        def act(key: str) -> int:
+            return 1
+
+        act("k")
+        files = [ledger, ledger.with_name(ledger.name + "-wal")]
+        modes = {path.name: stat.S_IMODE(path.stat().st_mode) for path in files}
+    assert modes == {path.name: 0o600 for path in files}
+
+
+def test_ledger_is_in_wal_mode(ledger: Path) -> None:
+    """The ledger uses write-ahead logging, so readers never block the writer."""
+    get_store(ledger).close()
+    with sqlite3.connect(ledger) as connection:
+        assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+
+
+def write_bytes_and_expect_refusal(path: Path, content: bytes, message: str) -> None:
+    path.write_bytes(content)
+    with pytest.raises(StoreError, match=message) as caught:
+        get_store(path)
+    assert str(path) in str(caught.value)
+    assert path.read_bytes() == content
+
+
+def test_file_that_is_not_sqlite_is_refused_untouched(ledger: Path) -> None:
+    """A text file raises StoreError naming it, and its bytes are unchanged."""
+    write_bytes_and_expect_refusal(ledger, b"these are my notes\n" * 100, "not a database")
+
+
+def test_corrupt_ledger_is_refused_untouched(ledger: Path) -> None:
+    """A ledger whose pages were overwritten raises StoreError naming it; nothing is written."""
+    with get_store(ledger) as store:
+
+        @safe(store)
+        def act(key: str) -> int:
+            return 1
+
+        act("k")
+    content = bytearray(ledger.read_bytes())
+    content[100:4096] = b"\xff" * (4096 - 100)
+    write_bytes_and_expect_refusal(ledger, bytes(content), "malformed|not a database")
+
+
+def test_foreign_sqlite_database_is_refused_untouched(ledger: Path) -> None:
+    """Another program's SQLite database raises StoreError and is not changed."""
+    with sqlite3.connect(ledger) as connection:
+        connection.execute("CREATE TABLE notes (body TEXT)")
+        connection.execute("INSERT INTO notes VALUES ('keep me')")
+    connection.close()
+    write_bytes_and_expect_refusal(ledger, ledger.read_bytes(), "not a safeact ledger")
+
+
+def test_ledger_from_a_newer_version_is_refused_untouched(ledger: Path) -> None:
+    """A ledger with a newer schema version raises StoreError and is not migrated."""
+    get_store(ledger).close()
+    with sqlite3.connect(ledger) as connection:
+        connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION + 1}")
+    connection.close()
+    write_bytes_and_expect_refusal(ledger, ledger.read_bytes(), "newer than this safeact")
+
+
+def test_empty_file_becomes_a_ledger(ledger: Path) -> None:
+    """An empty file (say, made by touch) is initialised as a ledger."""
+    ledger.touch()
+    get_store(ledger).close()
+    with sqlite3.connect(ledger) as connection:
+        assert connection.execute("PRAGMA application_id").fetchone()[0] == APPLICATION_ID
+    connection.close()
+
+
+def test_missing_directory_is_a_store_error(tmp_path: Path) -> None:
+    """A path in a directory that does not exist raises StoreError naming it."""
+    with pytest.raises(StoreError, match="no-such-dir"):
+        get_store(tmp_path / "no-such-dir" / "agent.db")
+
+
+@contextmanager
+def read_only(directory: Path) -> Iterator[None]:
+    """Make ``directory`` unwritable, even for root (who ignores permission bits)."""
+    if os.geteuid() != 0:
+        directory.chmod(0o555)
+        try:
+            yield
+        finally:
+            directory.chmod(0o755)
+        return
+    subprocess.run(["chattr", "+i", str(directory)], check=True)
+    try:
+        yield
+    finally:
+        subprocess.run(["chattr", "-i", str(directory)], check=True)
+
+
+def test_read_only_directory_is_a_store_error(tmp_path: Path) -> None:
+    """A ledger that cannot be created in a read-only directory raises StoreError naming it."""
+    locked = tmp_path / "locked"
+    locked.mkdir()
+    target = locked / "agent.db"
+    with read_only(locked), pytest.raises(StoreError, match=f"{target}: cannot create"):
+        get_store(target)
+    assert not target.exists()
+
+
+def test_closed_store_refuses_use(ledger: Path) -> None:
+    """Using a closed store raises StoreError rather than a sqlite3 error."""
+    store = get_store(ledger)
+    store.close()
+    with pytest.raises(StoreError, match="closed"):
+        store.get("k")
+
+
+def in_doubt_tool(store: Store, runs: list[str]) -> object:
+    @safe(store, name="act")
+    def act(key: str) -> int:
+        runs.append(key)
+        if len(runs) == 1:
+            raise KeyboardInterrupt
+        return len(runs)
+
+    with pytest.raises(KeyboardInterrupt):
+        act("k")
+    return act
+
+
+def test_list_in_doubt_shows_attempting_and_in_doubt_keys_oldest_first(store: Store) -> None:
+    """Both unsettled states are listed, oldest attempt first; settled keys are not."""
+    runs: list[str] = []
+    act = in_doubt_tool(store, runs)
+    store.claim("j", "act", "h", attempt_id="a", previous=None)
+
+    @safe(store, name="ok")
+    def ok(key: str) -> None:
+        pass
+
+    ok("settled")
+    listed = [(record.key, record.state) for record in store.list_in_doubt()]
+    assert listed == [("k", State.IN_DOUBT), ("j", State.ATTEMPTING)]
+    assert act is not None
+
+
+def test_resolve_happened_replays_the_given_result(store: Store) -> None:
+    """resolve(happened=True, result=v) makes later calls replay v without running."""
+    runs: list[str] = []
+    act = in_doubt_tool(store, runs)
+    record = store.resolve("k", happened=True, result=41)
+    assert record.state is State.SUCCEEDED
+    assert act("k") == Succeeded("k", 41, replayed=True)  # type: ignore[operator] # a SafeTool
+    assert runs == ["k"]
+    assert store.list_in_doubt() == []
+
+
+def test_resolve_not_happened_lets_the_next_call_run(store: Store) -> None:
+    """resolve(happened=False) releases the key: the next call runs the action once."""
+    runs: list[str] = []
+    act = in_doubt_tool(store, runs)
+    assert store.resolve("k", happened=False).state is State.RELEASED
+    assert act("k") == Succeeded("k", 2)  # type: ignore[operator] # a SafeTool
+    assert act("k") == Succeeded("k", 2, replayed=True)  # type: ignore[operator] # a SafeTool
+    assert runs == ["k", "k"]
+
+
+def test_resolve_attempting_key(store: Store) -> None:
+    """A key left ATTEMPTING (its caller killed) can be resolved directly."""
+    store.claim("k", "act", "h", attempt_id="a", previous=None)
+    assert store.resolve("k", happened=True, result=[1]).result == [1]
+
+
+@pytest.mark.parametrize("happened", [True, False])
+def test_resolving_a_settled_or_unknown_key_is_refused(store: Store, happened: bool) -> None:
+    """Only unsettled keys can be resolved; others raise SafeError and are unchanged."""
+
+    @safe(store)
+    def act(key: str) -> int:
+        return 1
+
+    act("k")
+    with pytest.raises(SafeError, match="not in doubt"):
+        store.resolve("k", happened=happened)
+    with pytest.raises(SafeError, match="no such key"):
+        store.resolve("unknown", happened=happened)
+    assert act("k") == Succeeded("k", 1, replayed=True)
+
+
+def test_resolve_refuses_result_with_not_happened(store: Store) -> None:
+    """A result with happened=False is a ValueError."""
+    store.claim("k", "act", "h", attempt_id="a", previous=None)
+    with pytest.raises(ValueError, match="only with happened=True"):
+        store.resolve("k", happened=False, result=1)
+
+
+def test_resolve_refuses_a_result_that_is_not_json(store: Store) -> None:
+    """A result that cannot be stored is a ValueError and the key stays unsettled."""
+    store.claim("k", "act", "h", attempt_id="a", previous=None)
+    with pytest.raises(ValueError, match="cannot store"):
+        store.resolve("k", happened=True, result=object())
+    record = store.get("k")
+    assert record is not None
+    assert record.state is State.ATTEMPTING
+
+
+def test_claim_is_synced_and_finish_is_not(ledger: Path) -> None:
+    """The ATTEMPTING insert commits with synchronous=FULL; the SUCCEEDED update with NORMAL."""
+    statements: list[str] = []
+    with get_store(ledger) as store:
+        store._connection().set_trace_callback(statements.append)
+
+        @safe(store)
+        def act(key: str) -> int:
+            return 1
+
+        act("k")
+    inserts = [i for i, s in enumerate(statements) if s.startswith("INSERT INTO calls")]
+    updates = [i for i, s in enumerate(statements) if s.startswith("UPDATE calls")]
+    assert len(inserts) == 1
+    assert len(updates) == 1
+    assert _synchronous_before(statements, inserts[0]) == "FULL"
+    assert _synchronous_before(statements, updates[0]) == "NORMAL"
+
+
+def test_fsync_attempts_false_never_syncs_a_claim(ledger: Path) -> None:
+    """The documented relaxation commits ATTEMPTING with synchronous=NORMAL."""
+    statements: list[str] = []
+    with get_store(ledger, fsync_attempts=False) as store:
+        store._connection().set_trace_callback(statements.append)
+        store.claim("k", "act", "h", attempt_id="a", previous=None)
+    assert "PRAGMA synchronous = FULL" not in statements
+
+
+def _synchronous_before(statements: list[str], index: int) -> str:
+    pragmas = [s for s in statements[:index] if s.startswith("PRAGMA synchronous")]
+    return pragmas[-1].rsplit(" ", 1)[-1] if pragmas else "NORMAL"
