@@ -9,7 +9,10 @@ from safeact import Store, get_store
 
 settings.register_profile("ci", derandomize=True, deadline=None, database=None)
 settings.register_profile("dev", deadline=None)
-settings.load_profile("ci" if os.environ.get("CI") else "dev")
+settings.register_profile("stress", deadline=None, max_examples=5000)
+settings.load_profile(
+    os.environ.get("SAFEACT_HYPOTHESIS_PROFILE") or ("ci" if os.environ.get("CI") else "dev")
+)
 
 
 @pytest.fixture

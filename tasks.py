@@ -1,0 +1,114 @@
+"""Project commands that need only Python 3.11: each makes the virtual environment it needs.
+
+    python3 tasks.py demo      run examples/agent_loop.py
+    python3 tasks.py test      run the whole test suite (tests/ and the typings/ contract)
+    python3 tasks.py check     mypy --strict, ruff check and ruff format --check
+    python3 tasks.py artifact  build the wheel and run the suite against it, installed
+    python3 tasks.py stress    a long run of the Hypothesis state machine
+"""
+
+import hashlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
+
+
+def main() -> None:
+    """Run the command named on the command line."""
+    if sys.version_info < (3, 11):
+        sys.exit("safeact needs Python 3.11 or newer")
+    commands = {
+        "demo": demo,
+        "test": test,
+        "check": check,
+        "artifact": artifact,
+        "stress": stress,
+    }
+    if len(sys.argv) < 2 or sys.argv[1] not in commands:  # noqa: PLR2004 - the command name
+        sys.exit(__doc__)
+    commands[sys.argv[1]](sys.argv[2:])
+
+
+def run(*command: str | Path, cwd: Path = ROOT, env: dict[str, str] | None = None) -> None:
+    """Run a command; stop with its exit code if it fails."""
+    print("$", " ".join(str(part) for part in command), flush=True)
+    completed = subprocess.run([str(part) for part in command], cwd=cwd, env=env, check=False)
+    if completed.returncode != 0:
+        sys.exit(completed.returncode)
+
+
+def venv(path: Path, *requirements: str) -> Path:
+    """Create ``path`` with ``requirements`` installed, unless it is already up to date."""
+    python = path / "bin" / "python"
+    stamp = path / "installed"
+    wanted = hashlib.sha256(
+        "\n".join([(ROOT / "pyproject.toml").read_text(), *requirements]).encode()
+    ).hexdigest()
+    if stamp.exists() and stamp.read_text() == wanted and python.exists():
+        return python
+    if not python.exists():
+        run(sys.executable, "-m", "venv", path)
+    run(python, "-m", "pip", "install", "--quiet", "--upgrade", "pip")
+    run(python, "-m", "pip", "install", "--quiet", *requirements)
+    stamp.write_text(wanted)
+    return python
+
+
+def dev_python() -> Path:
+    return venv(VENV, "--editable", f"{ROOT}[dev]")
+
+
+def demo(_: list[str]) -> None:
+    """Run the scripted agent loop, which crashes itself, restarts and resolves."""
+    run(dev_python(), ROOT / "examples" / "agent_loop.py")
+
+
+def test(arguments: list[str]) -> None:
+    """Run tests/ and typings/ with branch coverage."""
+    python = dev_python()
+    env = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    run(python, "-m", "pytest", "--cov=safeact", "--cov-branch", "--cov-report=term", *arguments, env=env)
+
+
+def check(_: list[str]) -> None:
+    """Type-check and lint everything."""
+    python = dev_python()
+    run(python, "-m", "mypy")
+    run(python, "-m", "ruff", "check", ".")
+    run(python, "-m", "ruff", "format", "--check", ".")
+
+
+def artifact(arguments: list[str]) -> None:
+    """Build the wheel, install it in a fresh environment, run the suite against it there."""
+    python = dev_python()
+    with tempfile.TemporaryDirectory() as scratch:
+        where = Path(scratch)
+        run(python, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", where / "dist", ROOT)
+        (wheel,) = (where / "dist").glob("safeact-*.whl")
+        installed = venv(where / "venv", f"{wheel}[dev]")
+        for name in ("tests", "typings", "examples", "pyproject.toml"):
+            source = ROOT / name
+            if source.is_dir():
+                shutil.copytree(source, where / name)
+            else:
+                shutil.copy(source, where / name)
+        env = {**os.environ, "PATH": f"{installed.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+        run(installed, "-c", "import safeact, sys; assert 'site-packages' in safeact.__file__, safeact.__file__", cwd=where, env=env)
+        run(installed, "-m", "pytest", "-p", "no:cacheprovider", *arguments, cwd=where, env=env)
+
+
+def stress(arguments: list[str]) -> None:
+    """Run the state machine for many more examples than the suite does."""
+    python = dev_python()
+    env = {**os.environ, "SAFEACT_HYPOTHESIS_PROFILE": "stress"}
+    run(python, "-m", "pytest", "tests/test_state_machine.py", *arguments, env=env)
+
+
+if __name__ == "__main__":
+    main()

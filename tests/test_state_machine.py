@@ -1,0 +1,191 @@
+"""Random calls, in-process crashes at every checkpoint, restarts and resolves, against a model."""
+
+import shutil
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import get_args
+
+import attrs
+import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from safeact import (
+    Failed,
+    InDoubt,
+    KeyConflictError,
+    SafeError,
+    State,
+    Succeeded,
+    get_store,
+    safe,
+)
+from safeact._protocol import Checkpoint, checkpoint_hook
+from tests.actions import Receipt
+
+KEYS = st.sampled_from(["a", "b", "c"])
+VARIANTS = st.integers(0, 1)
+CHECKPOINTS = st.sampled_from(get_args(Checkpoint))
+
+
+class Crash(BaseException):
+    """The process dies here: no `except Exception` may catch it."""
+
+
+@attrs.define
+class Expected:
+    """What the model says about one key."""
+
+    variant: int
+    fail: bool
+    state: State | None = None
+    value: Receipt | None = None
+    runs: int = 0
+    releases: int = 0
+
+
+class LedgerMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.directory = Path(tempfile.mkdtemp())
+        self.runs: Counter[str] = Counter()  # side effects, kept outside the store
+        self.model: dict[str, Expected] = {}
+        self.interrupting = False
+        self.open()
+
+    def open(self) -> None:
+        self.store = get_store(self.directory / "agent.db")
+
+        @safe(self.store, name="act")
+        def act(key: str, variant: int, fail: bool) -> Receipt:  # noqa: FBT001 - one flag
+            self.runs[key] += 1
+            if self.interrupting:
+                raise KeyboardInterrupt
+            if fail:
+                raise ValueError(f"declined {variant}")
+            return Receipt(key, variant)
+
+        self.act = act
+
+    def teardown(self) -> None:
+        self.store.close()
+        shutil.rmtree(self.directory)
+
+    def expected(self, key: str, variant: int, fail: bool) -> Expected | None:
+        """The model of ``key``, or None if this call conflicts with how it was first used."""
+        known = self.model.get(key)
+        if known is None or known.state is None:  # the key is bound by its first record
+            known = self.model[key] = Expected(variant, fail)
+        if (known.variant, known.fail) != (variant, fail):
+            with pytest.raises(KeyConflictError):
+                self.act(key, variant, fail)
+            return None
+        return known
+
+    @rule(key=KEYS, variant=VARIANTS, fail=st.booleans())
+    def call(self, key: str, variant: int, fail: bool) -> None:  # noqa: FBT001
+        known = self.expected(key, variant, fail)
+        if known is None:
+            return
+        outcome = self.act(key, variant, fail)
+        match known.state:
+            case None | State.RELEASED:
+                known.runs += 1
+                if fail:
+                    assert outcome == Failed(key, "act", "ValueError", f"declined {variant}")
+                    known.state = State.FAILED
+                else:
+                    known.value = Receipt(key, variant)
+                    assert outcome == Succeeded(key, known.value)
+                    known.state = State.SUCCEEDED
+            case State.SUCCEEDED:
+                assert outcome == Succeeded(key, known.value, replayed=True)
+            case State.FAILED:
+                assert outcome == Failed(
+                    key, "act", "ValueError", f"declined {variant}", replayed=True
+                )
+            case State.ATTEMPTING | State.IN_DOUBT:
+                assert isinstance(outcome, InDoubt)
+                assert (outcome.key, outcome.tool) == (key, "act")
+                known.state = State.IN_DOUBT
+
+    @rule(key=KEYS, variant=VARIANTS, fail=st.booleans(), point=CHECKPOINTS)
+    def crash(self, key: str, variant: int, fail: bool, point: Checkpoint) -> None:  # noqa: FBT001
+        """The process dies at ``point`` of a call that runs the action; then it restarts."""
+        known = self.expected(key, variant, fail)
+        if known is None or known.state not in (None, State.RELEASED):
+            return
+
+        def die(reached: Checkpoint) -> None:
+            if reached == point:
+                raise Crash
+
+        with checkpoint_hook(die), pytest.raises(Crash):
+            self.act(key, variant, fail)
+        if point == "after_claim":
+            known.state = State.ATTEMPTING
+        elif point == "after_call":
+            known.state = State.ATTEMPTING
+            known.runs += 1
+        elif point == "after_record":
+            known.runs += 1
+            known.state = State.FAILED if fail else State.SUCCEEDED
+            known.value = None if fail else Receipt(key, variant)
+        self.restart()
+
+    @rule(key=KEYS, variant=VARIANTS)
+    def interrupt(self, key: str, variant: int) -> None:
+        """A KeyboardInterrupt inside the action propagates and leaves the key in doubt."""
+        known = self.expected(key, variant, fail=False)
+        if known is None or known.state not in (None, State.RELEASED):
+            return
+        self.interrupting = True
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                self.act(key, variant, False)  # noqa: FBT003
+        finally:
+            self.interrupting = False
+        known.runs += 1
+        known.state = State.IN_DOUBT
+
+    @rule()
+    def restart(self) -> None:
+        self.store.close()
+        self.open()
+
+    @precondition(lambda self: self.model)
+    @rule(data=st.data(), happened=st.booleans(), amount=st.integers(100, 199))
+    def resolve(self, data: st.DataObject, happened: bool, amount: int) -> None:  # noqa: FBT001
+        key = data.draw(st.sampled_from(sorted(self.model)))
+        known = self.model[key]
+        result = Receipt(key, amount) if happened else None
+        if known.state not in (State.ATTEMPTING, State.IN_DOUBT):
+            with pytest.raises(SafeError):
+                self.store.resolve(key, happened=happened, result=result)
+            return
+        self.store.resolve(key, happened=happened, result=result)
+        if happened:
+            known.state, known.value = State.SUCCEEDED, result
+        else:
+            known.state = State.RELEASED
+            known.releases += 1
+
+    @invariant()
+    def ledger_matches_model(self) -> None:
+        for key, known in self.model.items():
+            record = self.store.get(key)
+            assert (record.state if record else None) is known.state
+
+    @invariant()
+    def each_action_ran_at_most_once_per_release(self) -> None:
+        for key, known in self.model.items():
+            assert self.runs[key] == known.runs
+            assert self.runs[key] <= 1 + known.releases
+
+
+LedgerMachine.TestCase.settings = settings(
+    settings(), max_examples=max(settings().max_examples, 100), stateful_step_count=30
+)
+test_ledger_state_machine = LedgerMachine.TestCase
