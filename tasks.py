@@ -1,10 +1,10 @@
 """Project commands that need only Python 3.11: each makes the virtual environment it needs.
 
-    python3 tasks.py demo      run examples/agent_loop.py
-    python3 tasks.py test      run the whole test suite (tests/ and the typings/ contract)
-    python3 tasks.py check     mypy --strict, ruff check and ruff format --check
-    python3 tasks.py artifact  build the wheel and run the suite against it, installed
-    python3 tasks.py stress    a long run of the Hypothesis state machine
+python3 tasks.py demo      run examples/agent_loop.py
+python3 tasks.py test      run the whole test suite (tests/ and the typings/ contract)
+python3 tasks.py check     mypy --strict, ruff check and ruff format --check
+python3 tasks.py artifact  build the wheel and run the suite against it, installed
+python3 tasks.py stress    a long run of the Hypothesis state machine
 """
 
 import hashlib
@@ -21,7 +21,7 @@ VENV = ROOT / ".venv"
 
 def main() -> None:
     """Run the command named on the command line."""
-    if sys.version_info < (3, 11):
+    if sys.version_info < (3, 11):  # noqa: UP036 - tells users of an older python3 why
         sys.exit("safeact needs Python 3.11 or newer")
     commands = {
         "demo": demo,
@@ -30,7 +30,7 @@ def main() -> None:
         "artifact": artifact,
         "stress": stress,
     }
-    if len(sys.argv) < 2 or sys.argv[1] not in commands:  # noqa: PLR2004 - the command name
+    if len(sys.argv) < 2 or sys.argv[1] not in commands:
         sys.exit(__doc__)
     commands[sys.argv[1]](sys.argv[2:])
 
@@ -61,6 +61,7 @@ def venv(path: Path, *requirements: str) -> Path:
 
 
 def dev_python() -> Path:
+    """Return the interpreter of .venv, with safeact (editable) and the dev tools."""
     return venv(VENV, "--editable", f"{ROOT}[dev]")
 
 
@@ -73,7 +74,16 @@ def test(arguments: list[str]) -> None:
     """Run tests/ and typings/ with branch coverage."""
     python = dev_python()
     env = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-    run(python, "-m", "pytest", "--cov=safeact", "--cov-branch", "--cov-report=term", *arguments, env=env)
+    run(
+        python,
+        "-m",
+        "pytest",
+        "--cov=safeact",
+        "--cov-branch",
+        "--cov-report=term",
+        *arguments,
+        env=env,
+    )
 
 
 def check(_: list[str]) -> None:
@@ -89,7 +99,17 @@ def artifact(arguments: list[str]) -> None:
     python = dev_python()
     with tempfile.TemporaryDirectory() as scratch:
         where = Path(scratch)
-        run(python, "-m", "pip", "wheel", "--quiet", "--no-deps", "--wheel-dir", where / "dist", ROOT)
+        run(
+            python,
+            "-m",
+            "pip",
+            "wheel",
+            "--quiet",
+            "--no-deps",
+            "--wheel-dir",
+            where / "dist",
+            ROOT,
+        )
         (wheel,) = (where / "dist").glob("safeact-*.whl")
         installed = venv(where / "venv", f"{wheel}[dev]")
         for name in ("tests", "typings", "examples", "pyproject.toml"):
@@ -99,7 +119,13 @@ def artifact(arguments: list[str]) -> None:
             else:
                 shutil.copy(source, where / name)
         env = {**os.environ, "PATH": f"{installed.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
-        run(installed, "-c", "import safeact, sys; assert 'site-packages' in safeact.__file__, safeact.__file__", cwd=where, env=env)
+        run(
+            installed,
+            "-c",
+            "import safeact, sys; assert 'site-packages' in safeact.__file__, safeact.__file__",
+            cwd=where,
+            env=env,
+        )
         run(installed, "-m", "pytest", "-p", "no:cacheprovider", *arguments, cwd=where, env=env)
 
 

@@ -20,8 +20,11 @@ import attrs
 
 from safeact import Failed, InDoubt, Succeeded, get_store, safe
 
-TASKS = [("refund-1001", "ada@example.com", 50), ("refund-1002", "bob@example.com", 20),
-         ("refund-1003", "cy@example.com", 75)]
+TASKS = [
+    ("refund-1001", "ada@example.com", 50),
+    ("refund-1002", "bob@example.com", 20),
+    ("refund-1003", "cy@example.com", 75),
+]
 
 
 @attrs.frozen
@@ -66,10 +69,14 @@ def agent(workdir: Path, *, crash_on: str | None) -> None:
             case Succeeded(value=refund, replayed=False):
                 print(f"  agent: {key}: refunded ${refund.amount} to {refund.to} (ran now)")
             case Succeeded(value=refund):
-                print(f"  agent: {key}: already refunded ${refund.amount}; replayed, not paid again")
+                print(
+                    f"  agent: {key}: already refunded ${refund.amount}; replayed, not paid again"
+                )
             case InDoubt(key=k, tool=tool, attempted_at=when, args_hash=digest):
-                print(f"  agent: {k}: IN DOUBT: {tool} was attempted at {when:%H:%M:%S} UTC "
-                      f"(args {digest[:8]}) and nobody knows if it ran")
+                print(
+                    f"  agent: {k}: IN DOUBT: {tool} was attempted at {when:%H:%M:%S} UTC "
+                    f"(args {digest[:8]}) and nobody knows if it ran"
+                )
                 payments = bank_lookup(bank, k)
                 print(f"  agent: asked the bank about {k}: {len(payments)} payment(s) found")
                 if payments:
@@ -98,8 +105,10 @@ def orchestrator() -> None:
             died = " (killed by SIGKILL)" if code == -signal.SIGKILL else ""
             print(f"orchestrator: the agent exited with {code}{died}")
         payments = [json.loads(line) for line in (workdir / "bank.jsonl").read_text().splitlines()]
-        print(f"bank: {len(payments)} payments for {len({p['key'] for p in payments})} keys: "
-              + ", ".join(f"{p['key']} ${p['amount']}" for p in payments))
+        print(
+            f"bank: {len(payments)} payments for {len({p['key'] for p in payments})} keys: "
+            + ", ".join(f"{p['key']} ${p['amount']}" for p in payments)
+        )
 
 
 if __name__ == "__main__":

@@ -77,6 +77,7 @@ def check_return_type(fn: Callable[..., object], tool: str) -> object:
     Raises:
         TypeError: the annotation is missing, unresolvable, too loose (``Any``, ``object``,
             a bare TypeVar), an awaitable or iterator, or a type cattrs cannot rebuild.
+
     """
     if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
         raise TypeError(
@@ -126,6 +127,7 @@ def encode(value: object, return_type: Any) -> JSON:
 
     Raises:
         ResultNotStorableError: the value does not fit ``return_type`` or JSON.
+
     """
     try:
         unstructured = _converter.unstructure(value, unstructure_as=return_type)
@@ -141,6 +143,7 @@ def encode_untyped(value: object) -> JSON:
 
     Raises:
         ValueError: the value cannot be turned into JSON.
+
     """
     try:
         result: JSON = json.loads(json.dumps(_converter.unstructure(value), allow_nan=False))
@@ -158,6 +161,7 @@ def decode(stored: JSON, return_type: Any, *, key: str, tool: str) -> Any:
     Raises:
         StoreError: the stored JSON no longer fits the type (the type changed since it was
             stored). The action is not run again.
+
     """
     try:
         return _converter.structure(stored, return_type)

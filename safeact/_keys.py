@@ -28,6 +28,7 @@ def check_key(key: object) -> str:
     Raises:
         TypeError: ``key`` is not a ``str``.
         ValueError: ``key`` is empty.
+
     """
     if not isinstance(key, str):
         raise TypeError(
@@ -51,6 +52,7 @@ def args_hash(
 
     Raises:
         TypeError: the arguments do not fit ``signature``.
+
     """
     bound = signature.bind(None, *args, **kwargs)
     bound.apply_defaults()

@@ -26,6 +26,9 @@ __all__ = ["Store", "get_store", "utc_now"]
 APPLICATION_ID = 0x53414654  # "SAFT": marks a file as a safeact ledger
 SCHEMA_VERSION = 1
 
+# Sorted, so the partial index and the queries spell the same condition in every process.
+_UNSETTLED_SQL = ", ".join(sorted(f"'{s.value}'" for s in UNSETTLED))
+
 _SCHEMA = (
     f"""CREATE TABLE calls (
         key            TEXT PRIMARY KEY NOT NULL,
@@ -40,8 +43,7 @@ _SCHEMA = (
         error_message  TEXT,
         schema_version INTEGER NOT NULL
     ) WITHOUT ROWID""",
-    "CREATE INDEX calls_unsettled ON calls (attempted_at) "
-    "WHERE state IN ('attempting', 'in_doubt')",
+    (f"CREATE INDEX calls_unsettled ON calls (attempted_at) WHERE state IN ({_UNSETTLED_SQL})"),
     f"PRAGMA application_id = {APPLICATION_ID}",
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
@@ -50,7 +52,6 @@ _COLUMNS = (
     "key, tool, state, args_hash, attempt_id, attempted_at, finished_at, result, "
     "error_type, error_message"
 )
-_UNSETTLED_SQL = ", ".join(f"'{s.value}'" for s in UNSETTLED)
 
 
 def utc_now() -> datetime:
@@ -69,6 +70,7 @@ def get_store(path: str | os.PathLike[str], *, fsync_attempts: bool = True) -> S
         StoreError: the file cannot be created or opened, is not a SQLite database, is
             corrupt, is some other program's database, or was written by a newer safeact.
             The file is left as it was.
+
     """
     return Store(path, fsync_attempts=fsync_attempts)
 
@@ -159,26 +161,37 @@ class Store:
         Raises:
             SafeError: the key is unknown, not in doubt, or changed while being resolved.
             ValueError: ``result`` cannot be stored, or was given with ``happened=False``.
+
         """
         if not happened and result is not None:
             raise ValueError("a result makes sense only with happened=True")
         check_resolvable(key, self.get(key))
+        finished = _time(utc_now())
         if happened:
-            stored = json.dumps(encode_untyped(result))
-            sql = "UPDATE calls SET state = ?, result = ?, finished_at = ? WHERE key = ? AND state IN "
-            params: tuple[object, ...] = (State.SUCCEEDED.value, stored, _time(utc_now()), key)
+            change = "state = ?, result = ?, finished_at = ?"
+            params: tuple[object, ...] = (
+                State.SUCCEEDED.value,
+                json.dumps(encode_untyped(result)),
+                finished,
+                key,
+            )
         else:
-            sql = "UPDATE calls SET state = ?, finished_at = ? WHERE key = ? AND state IN "
-            params = (State.RELEASED.value, _time(utc_now()), key)
+            change = "state = ?, finished_at = ?"
+            params = (State.RELEASED.value, finished, key)
         with self._errors():
-            changed = self._write(sql + f"({_UNSETTLED_SQL})", params, sync=True)
+            changed = self._write(
+                f"UPDATE calls SET {change} WHERE key = ? AND state IN ({_UNSETTLED_SQL})",  # noqa: S608 - constants
+                params,
+                sync=True,
+            )
         record = self.get(key)
         if not changed or record is None:
             raise SafeError(f"cannot resolve key {key!r}: it changed while being resolved")
         return record
 
-    def claim(self, key: str, tool: str, args_hash: str, *, attempt_id: str,
-              previous: Record | None) -> tuple[Record, bool]:
+    def claim(
+        self, key: str, tool: str, args_hash: str, *, attempt_id: str, previous: Record | None
+    ) -> tuple[Record, bool]:
         """Durably record ``key`` as ATTEMPTING for this attempt, if nobody else did first.
 
         ``previous`` is the record the decision was made on: ``None`` (insert a row; the
@@ -192,8 +205,15 @@ class Store:
                     self._write(
                         f"INSERT INTO calls ({_COLUMNS}, schema_version) "  # noqa: S608 - constants
                         "VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, ?)",
-                        (key, tool, State.ATTEMPTING.value, args_hash, attempt_id, now,
-                         SCHEMA_VERSION),
+                        (
+                            key,
+                            tool,
+                            State.ATTEMPTING.value,
+                            args_hash,
+                            attempt_id,
+                            now,
+                            SCHEMA_VERSION,
+                        ),
                         sync=True,
                     )
                     won = True
@@ -204,20 +224,40 @@ class Store:
                     "UPDATE calls SET state = ?, attempt_id = ?, attempted_at = ?, "
                     "finished_at = NULL, result = NULL, error_type = NULL, error_message = NULL "
                     "WHERE key = ? AND state = ? AND attempt_id = ?",
-                    (State.ATTEMPTING.value, attempt_id, now, key, State.RELEASED.value,
-                     previous.attempt_id),
+                    (
+                        State.ATTEMPTING.value,
+                        attempt_id,
+                        now,
+                        key,
+                        State.RELEASED.value,
+                        previous.attempt_id,
+                    ),
                     sync=True,
                 )
         if won:
-            return Record(key=key, tool=tool, state=State.ATTEMPTING, args_hash=args_hash,
-                          attempt_id=attempt_id, attempted_at=datetime.fromisoformat(now)), True
+            return Record(
+                key=key,
+                tool=tool,
+                state=State.ATTEMPTING,
+                args_hash=args_hash,
+                attempt_id=attempt_id,
+                attempted_at=datetime.fromisoformat(now),
+            ), True
         record = self.get(key)
         if record is None:
             raise StoreError(f"{self._path}: key {key!r} vanished while being claimed")
         return record, False
 
-    def finish(self, key: str, attempt_id: str, *, state: State, result: JSON = None,
-               error_type: str | None = None, error_message: str | None = None) -> bool:
+    def finish(  # noqa: PLR0913 - one parameter per column of an outcome
+        self,
+        key: str,
+        attempt_id: str,
+        *,
+        state: State,
+        result: JSON = None,
+        error_type: str | None = None,
+        error_message: str | None = None,
+    ) -> bool:
         """Record how this attempt ended; the owner's word replaces whatever its row says.
 
         Returns False if the row belongs to a newer attempt (the key was released and claimed
@@ -228,8 +268,7 @@ class Store:
             return self._write(
                 "UPDATE calls SET state = ?, result = ?, error_type = ?, error_message = ?, "
                 "finished_at = ? WHERE key = ? AND attempt_id = ?",
-                (state.value, stored, error_type, error_message, _time(utc_now()), key,
-                 attempt_id),
+                (state.value, stored, error_type, error_message, _time(utc_now()), key, attempt_id),
                 sync=False,
             )
 
@@ -336,6 +375,7 @@ def _is_current(connection: sqlite3.Connection, path: Path) -> bool:
 
     Raises:
         StoreError: the file is another program's database or from a newer safeact.
+
     """
     application_id = connection.execute("PRAGMA application_id").fetchone()[0]
     version = connection.execute("PRAGMA user_version").fetchone()[0]
@@ -355,12 +395,24 @@ def _is_current(connection: sqlite3.Connection, path: Path) -> bool:
     return False
 
 
-_Row: TypeAlias = tuple[str, str, str, str, str, str, str | None, str | None, str | None, str | None]
+_Row: TypeAlias = tuple[
+    str, str, str, str, str, str, str | None, str | None, str | None, str | None
+]
 
 
 def _record(row: _Row) -> Record:
-    (key, tool, state, args_hash, attempt_id, attempted_at, finished_at, result, error_type,
-     error_message) = row
+    (
+        key,
+        tool,
+        state,
+        args_hash,
+        attempt_id,
+        attempted_at,
+        finished_at,
+        result,
+        error_type,
+        error_message,
+    ) = row
     return Record(
         key=key,
         tool=tool,

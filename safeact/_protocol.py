@@ -43,13 +43,13 @@ __all__ = [
     "Run",
     "State",
     "Step",
+    "check_resolvable",
     "checkpoint",
     "checkpoint_hook",
-    "check_resolvable",
     "next_step",
 ]
 
-JSON: TypeAlias = None | bool | int | float | str | list["JSON"] | dict[str, "JSON"]
+JSON: TypeAlias = bool | int | float | str | list["JSON"] | dict[str, "JSON"] | None
 
 
 class State(enum.Enum):
@@ -121,6 +121,7 @@ def next_step(record: Record | None, tool: str, args_hash: str) -> Step:
 
     Raises:
         KeyConflictError: the key is recorded for another tool or other arguments.
+
     """
     if record is None:
         return Run(None)
@@ -146,6 +147,7 @@ def check_resolvable(key: str, record: Record | None) -> Record:
 
     Raises:
         SafeError: the key is unknown or not in doubt.
+
     """
     if record is None:
         raise SafeError(f"cannot resolve key {key!r}: the ledger has no such key")

@@ -34,6 +34,7 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
 
     Raises:
         StoreError: the ledger at ``store`` cannot be opened.
+
     """
 
     __slots__ = ("_name", "_store")
@@ -51,6 +52,7 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
         Raises:
             TypeError: ``fn`` takes no key parameter, or its return type cannot be stored
                 and rebuilt (missing, too loose, awaitable, or unknown to cattrs).
+
         """
         return SafeTool(fn, self._store, name=self._name)
 
@@ -89,6 +91,7 @@ class SafeTool(Generic[P, T_co]):
             StoreError: the ledger cannot be read or the claim cannot be written.
             BaseException: an interrupt raised by the function propagates; the key stays in
                 doubt.
+
         """
         check_key(key)
         try:
@@ -111,11 +114,13 @@ class SafeTool(Generic[P, T_co]):
                     if won:
                         return self._run(record, args, kwargs)
 
-    def _run(self, record: Record, args: tuple[object, ...], kwargs: dict[str, object]) -> Outcome[T_co]:
+    def _run(
+        self, record: Record, args: tuple[object, ...], kwargs: dict[str, object]
+    ) -> Outcome[T_co]:
         checkpoint("after_claim")
         try:
             value = self._fn(record.key, *args, **kwargs)  # type: ignore[arg-type] # P was checked by the caller's signature
-        except Exception as exc:
+        except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
             checkpoint("after_call")
             error_type = _type_name(type(exc))
             self._finish(record, State.FAILED, error_type=error_type, error_message=str(exc))
@@ -141,20 +146,25 @@ class SafeTool(Generic[P, T_co]):
         checkpoint("after_record")
         return Succeeded(record.key, value)
 
-    def _finish(self, record: Record, state: State, **outcome: str | None | object) -> None:
+    def _finish(self, record: Record, state: State, **outcome: str | object | None) -> None:
         """Record the end of this attempt; trouble doing so leaves the key in doubt, logged."""
         try:
             written = self.store.finish(record.key, record.attempt_id, state=state, **outcome)  # type: ignore[arg-type] # forwarded keywords
         except SafeError:
             logger.exception(
                 "%s: could not record %s for key %r; the key stays in doubt",
-                self.name, state.value, record.key,
+                self.name,
+                state.value,
+                record.key,
             )
             return
         if not written:
             logger.error(
                 "%s: key %r was released and claimed again while this attempt ran; its %s "
-                "was not recorded", self.name, record.key, state.value,
+                "was not recorded",
+                self.name,
+                record.key,
+                state.value,
             )
 
     def _interrupted(self, record: Record) -> None:

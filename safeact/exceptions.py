@@ -45,6 +45,7 @@ class KeyConflictError(SafeError):
         tool: str,
         args_hash: str,
     ) -> None:
+        """Describe the conflict between the recorded use of ``key`` and this one."""
         self.key = key
         self.recorded_tool = recorded_tool
         self.recorded_args_hash = recorded_args_hash
@@ -67,6 +68,7 @@ class InDoubtError(SafeError):
     """
 
     def __init__(self, key: str, tool: str, attempted_at: datetime, args_hash: str) -> None:
+        """Carry the receipt of the in-doubt call."""
         self.key = key
         self.tool = tool
         self.attempted_at = attempted_at
@@ -85,6 +87,7 @@ class FailedCallError(SafeError):
     """
 
     def __init__(self, key: str, tool: str, error_type: str, message: str) -> None:
+        """Carry what was recorded of the failure."""
         self.key = key
         self.tool = tool
         self.error_type = error_type

@@ -15,7 +15,9 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from safeact import Failed, InDoubt, Succeeded, get_store, safe
+import attrs
+
+from safeact import Failed, InDoubt, Outcome, Succeeded, get_store, safe
 from safeact._protocol import Checkpoint, checkpoint_hook
 from tests.actions import Receipt, record_effect
 
@@ -48,18 +50,17 @@ def main() -> None:
         sys.stdin.readline()
     with checkpoint_hook(kill_at):
         outcome = charge(options.key, "a@example.com", 50)
+    print(json.dumps(describe(outcome)), flush=True)
+
+
+def describe(outcome: Outcome[Receipt]) -> dict[str, object]:
     match outcome:
         case Succeeded(value=value, replayed=replayed):
-            report = {"kind": "Succeeded", "replayed": replayed, "value": attrs_dict(value)}
+            return {"kind": "Succeeded", "replayed": replayed, "value": attrs.asdict(value)}
         case InDoubt(key=key, tool=tool):
-            report = {"kind": "InDoubt", "key": key, "tool": tool}
+            return {"kind": "InDoubt", "key": key, "tool": tool}
         case Failed(error_type=error_type, message=message, replayed=replayed):
-            report = {"kind": "Failed", "replayed": replayed, "error": f"{error_type}: {message}"}
-    print(json.dumps(report), flush=True)
-
-
-def attrs_dict(value: Receipt) -> dict[str, object]:
-    return {"to": value.to, "amount": value.amount}
+            return {"kind": "Failed", "replayed": replayed, "error": f"{error_type}: {message}"}
 
 
 if __name__ == "__main__":

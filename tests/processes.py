@@ -12,7 +12,9 @@ def child_command(ledger: Path, effects: Path, key: str, *options: str) -> list[
     return [sys.executable, str(CHILD), str(ledger), str(effects), key, *options]
 
 
-def run_child(ledger: Path, effects: Path, key: str, *options: str) -> subprocess.CompletedProcess[str]:
+def run_child(
+    ledger: Path, effects: Path, key: str, *options: str
+) -> subprocess.CompletedProcess[str]:
     """Run one child to the end (or to its death) and return what it printed."""
     return subprocess.run(
         child_command(ledger, effects, key, *options),

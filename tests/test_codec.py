@@ -74,7 +74,8 @@ def test_replay_rebuilds_the_annotated_type(
     assert tool("k") == Succeeded("k", value)
     replay = tool("k")
     assert replay == Succeeded("k", value, replayed=True)
-    assert type(replay.value) is type(value)  # type: ignore[union-attr] # a Succeeded
+    assert isinstance(replay, Succeeded)
+    assert type(replay.value) is type(value)
 
 
 class Plain:
@@ -115,7 +116,7 @@ def test_missing_return_annotation_is_refused(store: Store) -> None:
     def act(key):  # type: ignore[no-untyped-def] # noqa: ANN001, ANN202 - the misuse under test
         return 1
 
-    with pytest.raises(TypeError, match="has no return annotation.*annotate it"):
+    with pytest.raises(TypeError, match=r"has no return annotation.*annotate it"):
         safe(store)(act)
 
 
@@ -156,7 +157,7 @@ def test_result_that_no_longer_decodes_raises_store_error_and_does_not_rerun(
         runs.append(key)
         return Line("x", decimal.Decimal(1))
 
-    with pytest.raises(StoreError, match="cannot be rebuilt as .*Line.*not run again"):
+    with pytest.raises(StoreError, match=r"cannot be rebuilt as .*Line.*not run again"):
         new("k")
     assert runs == ["k"]
 

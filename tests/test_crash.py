@@ -11,10 +11,18 @@ from tests.actions import count_effects
 from tests.processes import report, run_child
 
 KEY = "refund-8842"
-SUCCEEDED_NOW = {"kind": "Succeeded", "replayed": False, "value": {"to": "a@example.com", "amount": 50}}
-SUCCEEDED_REPLAY = {**SUCCEEDED_NOW, "replayed": True}
-IN_DOUBT = {"kind": "InDoubt", "key": KEY, "tool": "tests.charge"}
-FAILED_REPLAY = {"kind": "Failed", "replayed": True, "error": "RuntimeError: card declined"}
+SUCCEEDED_NOW: dict[str, object] = {
+    "kind": "Succeeded",
+    "replayed": False,
+    "value": {"to": "a@example.com", "amount": 50},
+}
+SUCCEEDED_REPLAY: dict[str, object] = {**SUCCEEDED_NOW, "replayed": True}
+IN_DOUBT: dict[str, object] = {"kind": "InDoubt", "key": KEY, "tool": "tests.charge"}
+FAILED_REPLAY: dict[str, object] = {
+    "kind": "Failed",
+    "replayed": True,
+    "error": "RuntimeError: card declined",
+}
 
 # For each checkpoint: the state the kill leaves, how many times the action had run by then,
 # what the next process sees, what the one after it sees, and how many runs there are in all.
@@ -48,7 +56,7 @@ def crash_then_continue(tmp_path: Path, case: Case, *options: str) -> None:
 
 @pytest.mark.parametrize("case", SUCCESS_PATH, ids=[case[0] for case in SUCCESS_PATH])
 def test_kill_during_successful_action(tmp_path: Path, case: Case) -> None:
-    """Killed at each checkpoint of a succeeding call, later processes see what the contract says."""
+    """Killed at each checkpoint of a successful call, later processes see the contract hold."""
     crash_then_continue(tmp_path, case)
 
 

@@ -19,7 +19,7 @@ from safeact import (
 from tests.actions import Receipt
 
 
-def make_charge(store: Store, runs: list[str]) -> SafeTool[[str, int], Receipt]:
+def make_charge(store: Store, runs: list[str]) -> SafeTool[..., Receipt]:
     @safe(store)
     def charge(key: str, to: str, amount: int = 50) -> Receipt:
         runs.append(key)
@@ -59,7 +59,8 @@ def test_second_call_replays_without_running(store: Store) -> None:
     charge("k", "a@b.c", 7)
     replay = charge("k", "a@b.c", 7)
     assert replay == Succeeded("k", Receipt("a@b.c", 7), replayed=True)
-    assert type(replay.value) is Receipt  # type: ignore[union-attr] # it is Succeeded, checked above
+    assert isinstance(replay, Succeeded)
+    assert type(replay.value) is Receipt
     assert runs == ["k"]
 
 
@@ -69,7 +70,8 @@ def test_replay_after_reopening_the_store(ledger: Path) -> None:
     with get_store(ledger) as first:
         make_charge(first, runs)("k", "a@b.c", 7)
     with get_store(ledger) as second:
-        assert make_charge(second, runs)("k", "a@b.c", 7).replayed is True  # type: ignore[union-attr] # a Succeeded
+        replay = make_charge(second, runs)("k", "a@b.c", 7)
+    assert replay == Succeeded("k", Receipt("a@b.c", 7), replayed=True)
     assert runs == ["k"]
 
 
@@ -78,8 +80,9 @@ def test_defaults_and_keywords_bind_to_the_same_call(store: Store) -> None:
     runs: list[str] = []
     charge = make_charge(store, runs)
     charge("k", "a@b.c")
-    assert charge("k", "a@b.c", 50).replayed is True  # type: ignore[union-attr] # a Succeeded
-    assert charge("k", to="a@b.c", amount=50).replayed is True  # type: ignore[union-attr] # a Succeeded
+    replay = Succeeded("k", Receipt("a@b.c", 50), replayed=True)
+    assert charge("k", "a@b.c", 50) == replay
+    assert charge("k", to="a@b.c", amount=50) == replay
     assert runs == ["k"]
 
 
@@ -252,7 +255,7 @@ def test_arguments_that_do_not_fit_are_a_type_error(store: Store) -> None:
     """Calling a tool with arguments its function does not take raises TypeError; nothing runs."""
     runs: list[str] = []
     with pytest.raises(TypeError, match="charge: missing a required argument: 'to'"):
-        make_charge(store, runs)("k")  # type: ignore[call-arg] # the misuse under test
+        make_charge(store, runs)("k")
     assert runs == []
     assert store.get("k") is None
 
@@ -285,10 +288,12 @@ def test_tool_keeps_the_function_identity(store: Store) -> None:
 
 def test_safe_accepts_a_path_string_and_keyword(tmp_path: Path) -> None:
     """safe("file"), safe(store="file") and safe(Path) all open the ledger at that path."""
-    for index, target in enumerate(
-        [str(tmp_path / "a.db"), tmp_path / "b.db", str(tmp_path / "c.db")]
-    ):
-        decorator = safe(store=target) if index == 2 else safe(target)
+    decorators = [
+        (tmp_path / "a.db", safe(str(tmp_path / "a.db"))),
+        (tmp_path / "b.db", safe(tmp_path / "b.db")),
+        (tmp_path / "c.db", safe(store=str(tmp_path / "c.db"))),
+    ]
+    for target, decorator in decorators:
 
         @decorator
         def act(key: str) -> int:
@@ -309,7 +314,8 @@ def test_unstorable_result_is_returned_and_key_left_in_doubt(store: Store) -> No
         runs.append(key)
         return "not an int"  # type: ignore[return-value] # the bug under test
 
-    assert lie("k") == Succeeded("k", "not an int")
+    outcome: object = lie("k")
+    assert outcome == Succeeded("k", "not an int")
     record = store.get("k")
     assert record is not None
     assert record.state is State.IN_DOUBT
@@ -318,7 +324,7 @@ def test_unstorable_result_is_returned_and_key_left_in_doubt(store: Store) -> No
     assert runs == ["k"]
 
 
-def _hash_of(tool: SafeTool[[str, int], Receipt], to: str, amount: int) -> str:
+def _hash_of(tool: SafeTool[..., Receipt], to: str, amount: int) -> str:
     from safeact._keys import args_hash
 
     return args_hash(tool._signature, (to, amount), {})

@@ -10,7 +10,17 @@ from pathlib import Path
 
 import pytest
 
-from safeact import SafeError, State, Store, StoreError, Succeeded, get_store, safe
+from safeact import (
+    InDoubt,
+    SafeError,
+    SafeTool,
+    State,
+    Store,
+    StoreError,
+    Succeeded,
+    get_store,
+    safe,
+)
 from safeact._ledger import APPLICATION_ID, SCHEMA_VERSION
 
 
@@ -130,7 +140,7 @@ def test_closed_store_refuses_use(ledger: Path) -> None:
         store.get("k")
 
 
-def in_doubt_tool(store: Store, runs: list[str]) -> object:
+def in_doubt_tool(store: Store, runs: list[str]) -> SafeTool[[], int]:
     @safe(store, name="act")
     def act(key: str) -> int:
         runs.append(key)
@@ -156,7 +166,7 @@ def test_list_in_doubt_shows_attempting_and_in_doubt_keys_oldest_first(store: St
     ok("settled")
     listed = [(record.key, record.state) for record in store.list_in_doubt()]
     assert listed == [("k", State.IN_DOUBT), ("j", State.ATTEMPTING)]
-    assert act is not None
+    assert isinstance(act("k"), InDoubt)
 
 
 def test_resolve_happened_replays_the_given_result(store: Store) -> None:
@@ -165,7 +175,7 @@ def test_resolve_happened_replays_the_given_result(store: Store) -> None:
     act = in_doubt_tool(store, runs)
     record = store.resolve("k", happened=True, result=41)
     assert record.state is State.SUCCEEDED
-    assert act("k") == Succeeded("k", 41, replayed=True)  # type: ignore[operator] # a SafeTool
+    assert act("k") == Succeeded("k", 41, replayed=True)
     assert runs == ["k"]
     assert store.list_in_doubt() == []
 
@@ -175,8 +185,8 @@ def test_resolve_not_happened_lets_the_next_call_run(store: Store) -> None:
     runs: list[str] = []
     act = in_doubt_tool(store, runs)
     assert store.resolve("k", happened=False).state is State.RELEASED
-    assert act("k") == Succeeded("k", 2)  # type: ignore[operator] # a SafeTool
-    assert act("k") == Succeeded("k", 2, replayed=True)  # type: ignore[operator] # a SafeTool
+    assert act("k") == Succeeded("k", 2)
+    assert act("k") == Succeeded("k", 2, replayed=True)
     assert runs == ["k", "k"]
 
 

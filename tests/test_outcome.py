@@ -78,7 +78,7 @@ def test_raise_on_doubt_returns_value_then_replays_it(store: Store) -> None:
     call = raise_on_doubt(double)
     assert (call("k", 4), call("k", 4)) == (8, 8)
     assert runs == ["k"]
-    assert call.__name__ == "double"  # type: ignore[attr-defined] # copied by functools.wraps
+    assert call.__name__ == "double"
 
 
 def test_raise_on_doubt_raises_failed_call_error_then_on_replay(store: Store) -> None:

@@ -59,7 +59,7 @@ class LedgerMachine(RuleBasedStateMachine):
         self.store = get_store(self.directory / "agent.db")
 
         @safe(self.store, name="act")
-        def act(key: str, variant: int, fail: bool) -> Receipt:  # noqa: FBT001 - one flag
+        def act(key: str, variant: int, fail: bool) -> Receipt:
             self.runs[key] += 1
             if self.interrupting:
                 raise KeyboardInterrupt
@@ -85,7 +85,7 @@ class LedgerMachine(RuleBasedStateMachine):
         return known
 
     @rule(key=KEYS, variant=VARIANTS, fail=st.booleans())
-    def call(self, key: str, variant: int, fail: bool) -> None:  # noqa: FBT001
+    def call(self, key: str, variant: int, fail: bool) -> None:
         known = self.expected(key, variant, fail)
         if known is None:
             return
@@ -112,7 +112,7 @@ class LedgerMachine(RuleBasedStateMachine):
                 known.state = State.IN_DOUBT
 
     @rule(key=KEYS, variant=VARIANTS, fail=st.booleans(), point=CHECKPOINTS)
-    def crash(self, key: str, variant: int, fail: bool, point: Checkpoint) -> None:  # noqa: FBT001
+    def crash(self, key: str, variant: int, fail: bool, point: Checkpoint) -> None:
         """The process dies at ``point`` of a call that runs the action; then it restarts."""
         known = self.expected(key, variant, fail)
         if known is None or known.state not in (None, State.RELEASED):
@@ -157,7 +157,7 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @precondition(lambda self: self.model)
     @rule(data=st.data(), happened=st.booleans(), amount=st.integers(100, 199))
-    def resolve(self, data: st.DataObject, happened: bool, amount: int) -> None:  # noqa: FBT001
+    def resolve(self, data: st.DataObject, happened: bool, amount: int) -> None:
         key = data.draw(st.sampled_from(sorted(self.model)))
         known = self.model[key]
         result = Receipt(key, amount) if happened else None
