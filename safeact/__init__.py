@@ -4,6 +4,8 @@ A guarded call returns an ``Outcome``: ``Succeeded``, ``Failed`` or ``InDoubt`` 
 stopped between the action and its record; go and check). See README.md and DESIGN.md.
 """
 
+from typing import TYPE_CHECKING
+
 from safeact._ledger import Store, get_store
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
 from safeact._protocol import Record, State
@@ -36,9 +38,14 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> str:
-    if name == "__version__":
-        from importlib.metadata import version  # noqa: PLC0415 - only when asked for
+if TYPE_CHECKING:
+    __version__: str
+else:
 
-        return version("safeact")
-    raise AttributeError(f"module 'safeact' has no attribute {name!r}")
+    def __getattr__(name: str) -> str:
+        # Only at run time: a module __getattr__ would make type checkers accept any name.
+        if name == "__version__":
+            from importlib.metadata import version  # noqa: PLC0415 - only when asked for
+
+            return version("safeact")
+        raise AttributeError(f"module 'safeact' has no attribute {name!r}")

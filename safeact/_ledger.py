@@ -191,14 +191,14 @@ class Store:
 
     def claim(
         self, key: str, tool: str, args_hash: str, *, attempt_id: str, previous: Record | None
-    ) -> tuple[Record, bool]:
+    ) -> Record | None:
         """Durably record ``key`` as ATTEMPTING for this attempt, if nobody else did first.
 
         ``previous`` is the record the decision was made on: ``None`` (insert a row; the
         primary key picks one winner) or a RELEASED row (taken over only if still RELEASED).
-        Returns the key's record now and whether this attempt owns it.
+        Returns the claimed record, or ``None`` if another caller got there first.
         """
-        now = utc_now().isoformat(timespec="microseconds")
+        now = utc_now()
         with self._errors():
             if previous is None:
                 try:
@@ -211,42 +211,36 @@ class Store:
                             State.ATTEMPTING.value,
                             args_hash,
                             attempt_id,
-                            now,
+                            _time(now),
                             SCHEMA_VERSION,
                         ),
                         sync=True,
                     )
-                    won = True
                 except sqlite3.IntegrityError:
-                    won = False
-            else:
-                won = self._write(
-                    "UPDATE calls SET state = ?, attempt_id = ?, attempted_at = ?, "
-                    "finished_at = NULL, result = NULL, error_type = NULL, error_message = NULL "
-                    "WHERE key = ? AND state = ? AND attempt_id = ?",
-                    (
-                        State.ATTEMPTING.value,
-                        attempt_id,
-                        now,
-                        key,
-                        State.RELEASED.value,
-                        previous.attempt_id,
-                    ),
-                    sync=True,
-                )
-        if won:
-            return Record(
-                key=key,
-                tool=tool,
-                state=State.ATTEMPTING,
-                args_hash=args_hash,
-                attempt_id=attempt_id,
-                attempted_at=datetime.fromisoformat(now),
-            ), True
-        record = self.get(key)
-        if record is None:
-            raise StoreError(f"{self._path}: key {key!r} vanished while being claimed")
-        return record, False
+                    return None
+            elif not self._write(
+                "UPDATE calls SET state = ?, attempt_id = ?, attempted_at = ?, "
+                "finished_at = NULL, result = NULL, error_type = NULL, error_message = NULL "
+                "WHERE key = ? AND state = ? AND attempt_id = ?",
+                (
+                    State.ATTEMPTING.value,
+                    attempt_id,
+                    _time(now),
+                    key,
+                    State.RELEASED.value,
+                    previous.attempt_id,
+                ),
+                sync=True,
+            ):
+                return None
+        return Record(
+            key=key,
+            tool=tool,
+            state=State.ATTEMPTING,
+            args_hash=args_hash,
+            attempt_id=attempt_id,
+            attempted_at=now,
+        )
 
     def finish(  # noqa: PLR0913 - one parameter per column of an outcome
         self,
@@ -302,8 +296,6 @@ class Store:
     def _errors(self) -> Iterator[None]:
         try:
             yield
-        except sqlite3.IntegrityError:
-            raise
         except sqlite3.Error as exc:
             raise StoreError(f"{self._path}: {exc}") from exc
 

@@ -108,11 +108,12 @@ class SafeTool(Generic[P, T_co]):
                 case Run(previous):
                     attempt_id = uuid.uuid4().hex
                     checkpoint("before_claim")
-                    record, won = self.store.claim(
+                    claimed = self.store.claim(
                         key, self.name, digest, attempt_id=attempt_id, previous=previous
                     )
-                    if won:
-                        return self._run(record, args, kwargs)
+                    if claimed is not None:
+                        return self._run(claimed, args, kwargs)
+                    record = self.store.get(key)  # another caller won: decide again
 
     def _run(
         self, record: Record, args: tuple[object, ...], kwargs: dict[str, object]

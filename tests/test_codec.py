@@ -175,3 +175,21 @@ def test_result_with_nan_is_not_storable(store: Store) -> None:
     assert record is not None
     assert record.error_message is not None
     assert "could not be stored" in record.error_message
+
+
+@pytest.mark.parametrize("new_type", [None, uuid.UUID, decimal.Decimal, dt.datetime])
+def test_stored_value_of_another_type_is_a_store_error(store: Store, new_type: object) -> None:
+    """A stored 1 replayed as None, UUID, Decimal or datetime raises StoreError naming the key."""
+
+    @safe(store, name="act")
+    def old(key: str) -> int:
+        return 1
+
+    old("k")
+
+    def new(key: str) -> Any:
+        raise AssertionError
+
+    new.__annotations__["return"] = new_type
+    with pytest.raises(StoreError, match="for key 'k' cannot be rebuilt"):
+        safe(store, name="act")(new)("k")

@@ -5,7 +5,8 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-from safeact import Failed, InDoubt, Outcome, Store, Succeeded, safe
+from safeact import Failed, InDoubt, Outcome, SafeTool, Store, Succeeded, safe
+from safeact._keys import args_hash
 from tests.actions import Receipt, count_effects, record_effect
 from tests.processes import child_command, report
 
@@ -24,33 +25,54 @@ def kind(outcome: Outcome[object]) -> str:
             return "failed"
 
 
-def test_sixteen_threads_on_one_key_run_it_once(store: Store, tmp_path: Path) -> None:
-    """16 threads released together on one key: one runs it, none fails, the rest learn of it."""
-    effects = tmp_path / "effects"
-    start = threading.Barrier(16)
-
-    @safe(store)
-    def charge(key: str, amount: int) -> Receipt:
-        record_effect(effects, key)
-        return Receipt("a@b.c", amount)
-
+def call_together(tool: SafeTool[[int], Receipt], threads: int) -> list[Outcome[Receipt]]:
+    """Call ``tool`` on KEY from ``threads`` threads released at once; fail on any exception."""
+    start = threading.Barrier(threads)
     outcomes: list[Outcome[Receipt]] = []
     errors: list[BaseException] = []
 
     def call() -> None:
         start.wait()
         try:
-            outcomes.append(charge(KEY, 50))
+            outcomes.append(tool(KEY, 50))
         except BaseException as exc:  # noqa: BLE001 - surfaced by the assertion below
             errors.append(exc)
 
-    threads = [threading.Thread(target=call) for _ in range(16)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
+    workers = [threading.Thread(target=call) for _ in range(threads)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
     assert errors == []
-    kinds = Counter(kind(outcome) for outcome in outcomes)
+    return outcomes
+
+
+def charge_tool(store: Store, effects: Path) -> SafeTool[[int], Receipt]:
+    @safe(store)
+    def charge(key: str, amount: int) -> Receipt:
+        record_effect(effects, key)
+        return Receipt("a@b.c", amount)
+
+    return charge
+
+
+def test_sixteen_threads_on_one_key_run_it_once(store: Store, tmp_path: Path) -> None:
+    """16 threads released together on one key: one runs it, none fails, the rest learn of it."""
+    effects = tmp_path / "effects"
+    kinds = Counter(kind(o) for o in call_together(charge_tool(store, effects), 16))
+    assert kinds["ran"] == 1
+    assert kinds["ran"] + kinds["replayed"] + kinds["in doubt"] == 16
+    assert count_effects(effects, KEY) == 1
+
+
+def test_sixteen_threads_on_a_released_key_run_it_once_more(store: Store, tmp_path: Path) -> None:
+    """After resolve(happened=False), 16 threads at once take the key over exactly once."""
+    effects = tmp_path / "effects"
+    charge = charge_tool(store, effects)
+    digest = args_hash(charge._signature, (50,), {})
+    store.claim(KEY, charge.name, digest, attempt_id="dead", previous=None)
+    store.resolve(KEY, happened=False)
+    kinds = Counter(kind(o) for o in call_together(charge, 16))
     assert kinds["ran"] == 1
     assert kinds["ran"] + kinds["replayed"] + kinds["in doubt"] == 16
     assert count_effects(effects, KEY) == 1

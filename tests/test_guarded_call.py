@@ -328,3 +328,67 @@ def _hash_of(tool: SafeTool[..., Receipt], to: str, amount: int) -> str:
     from safeact._keys import args_hash
 
     return args_hash(tool._signature, (to, amount), {})
+
+
+def test_empty_name_is_refused(store: Store) -> None:
+    """name="" is a ValueError: a tool needs a name to own its keys."""
+    with pytest.raises(ValueError, match="non-empty"):
+        safe(store, name="")
+
+
+def test_outcome_is_returned_when_its_record_cannot_be_written(
+    ledger: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """If the SUCCEEDED commit fails, the caller still gets Succeeded; the key stays in doubt."""
+    store = get_store(ledger)
+
+    @safe(store)
+    def act(key: str) -> int:
+        store.close()  # the ledger goes away while the action runs
+        return 1
+
+    assert act("k") == Succeeded("k", 1)
+    assert "could not record succeeded for key 'k'" in caplog.text
+    with get_store(ledger) as reopened:
+        record = reopened.get("k")
+        assert record is not None
+        assert record.state is State.ATTEMPTING
+
+
+def test_interrupt_propagates_even_if_the_doubt_cannot_be_recorded(
+    ledger: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An interrupt is re-raised as itself, not replaced by the ledger's error."""
+    store = get_store(ledger)
+
+    @safe(store)
+    def act(key: str) -> int:
+        store.close()
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        act("k")
+    assert "could not mark key 'k' in doubt" in caplog.text
+
+
+def test_completion_after_release_and_new_claim_is_not_recorded(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A stale owner cannot overwrite a newer attempt's record; its completion is logged."""
+    runs: list[int] = []
+
+    @safe(store)
+    def act(key: str) -> int:
+        runs.append(len(runs) + 1)
+        if runs == [1]:
+            act(key)  # marks the key IN_DOUBT
+            store.resolve(key, happened=False)
+            assert act(key) == Succeeded(key, 2)  # a new attempt claims and finishes
+            return 1
+        return 2
+
+    assert act("k") == Succeeded("k", 1)
+    record = store.get("k")
+    assert record is not None
+    assert (record.state, record.result) == (State.SUCCEEDED, 2)
+    assert "released and claimed again" in caplog.text

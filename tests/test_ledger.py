@@ -260,3 +260,15 @@ def test_fsync_attempts_false_never_syncs_a_claim(ledger: Path) -> None:
 def _synchronous_before(statements: list[str], index: int) -> str:
     pragmas = [s for s in statements[:index] if s.startswith("PRAGMA synchronous")]
     return pragmas[-1].rsplit(" ", 1)[-1] if pragmas else "NORMAL"
+
+
+def test_version_is_the_project_version() -> None:
+    """safeact.__version__ is the version in pyproject.toml."""
+    import tomllib
+
+    import safeact
+
+    pyproject = Path(__file__).resolve().parent.parent / "pyproject.toml"
+    assert safeact.__version__ == tomllib.loads(pyproject.read_text())["project"]["version"]
+    with pytest.raises(AttributeError, match="no_such_name"):
+        _ = safeact.no_such_name  # type: ignore[attr-defined] # the misuse under test
