@@ -81,6 +81,7 @@ def test(arguments: list[str]) -> None:
         "--cov=safeact",
         "--cov-branch",
         "--cov-report=term",
+        "--cov-fail-under=95",
         *arguments,
         env=env,
     )
