@@ -122,7 +122,8 @@ def check_return_type(fn: Callable[..., object], tool: str) -> object:
 def encode(value: object, return_type: Any) -> JSON:
     """Turn ``value`` into JSON that ``decode`` rebuilds as ``return_type``.
 
-    The round trip is checked now, so a result that would not replay is caught while the
+    The round trip is checked now, so a result that would not replay, or would replay as
+    something else (cattrs coerces ``9.99`` to ``9`` for an ``int``), is caught while the
     caller still holds the live value.
 
     Raises:
@@ -132,9 +133,15 @@ def encode(value: object, return_type: Any) -> JSON:
     try:
         unstructured = _converter.unstructure(value, unstructure_as=return_type)
         stored: JSON = json.loads(json.dumps(unstructured, allow_nan=False))
-        _converter.structure(stored, return_type)
+        rebuilt = _converter.structure(stored, return_type)
+        again = json.loads(json.dumps(_converter.unstructure(rebuilt, unstructure_as=return_type)))
     except Exception as exc:
         raise ResultNotStorableError(_explain(exc)) from exc
+    if again != stored:
+        # cattrs coerces simple types (int(9.99), str(None)); a replay must not differ.
+        raise ResultNotStorableError(
+            f"{value!r} does not fit {return_type!r}: it would replay as {rebuilt!r}"
+        )
     return stored
 
 

@@ -37,7 +37,24 @@ def check_key(key: object) -> str:
         )
     if not key:
         raise ValueError("the key must be a non-empty string that names this action")
+    check_text(key, "the key")
     return key
+
+
+def check_text(text: str, what: str) -> None:
+    """Refuse text that cannot be stored as UTF-8 (it holds lone surrogates).
+
+    Raises:
+        ValueError: naming ``what``.
+
+    """
+    try:
+        text.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{what} {text!r} is not valid Unicode text ({exc.reason}); "
+            "decode it properly before using it"
+        ) from exc
 
 
 def args_hash(
@@ -46,9 +63,11 @@ def args_hash(
     """Hash the arguments of a call (the key excluded) as bound to ``signature``.
 
     Defaults are applied, so ``f(k, 1, b=2)`` and ``f(k, 1, 2)`` hash alike. Values are hashed
-    by content; a value with no stable content (an object of a plain class, whose repr
-    would name its address) contributes only its type's name, so it can never cause a
-    spurious conflict in another process.
+    by kind and content: attrs and dataclass instances by the fields that take part in
+    equality, sets and dicts whatever their order. A value with no stable content (an object
+    of a plain class, whose repr would name its address) contributes only its type's name,
+    so it can never cause a spurious conflict in another process; such an argument is not
+    checked for conflicts.
 
     Raises:
         TypeError: the arguments do not fit ``signature``.
@@ -66,33 +85,45 @@ def args_hash(
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _canonical(value: object) -> JSON:  # noqa: C901, PLR0911 - one case per kind of value
-    """Return a JSON value that depends only on ``value``'s content, in any process."""
+def _canonical(value: object) -> JSON:  # noqa: C901, PLR0911, PLR0912 - a case per kind
+    """Return a JSON value that depends only on ``value``'s content, in any process.
+
+    Every value is tagged with its kind, so values of different kinds never coincide
+    (``b"a"`` and ``"61"``, ``"2026-01-01"`` and ``date(2026, 1, 1)``).
+    """
     if isinstance(value, enum.Enum):
-        return _canonical(value.value)
-    if value is None or isinstance(value, bool | int | float | str):
+        return ["enum", f"{type(value).__qualname__}.{value.name}"]
+    if value is None or isinstance(value, bool | str):
         return value
+    if isinstance(value, int):
+        return ["int", str(value)]
+    if isinstance(value, float):
+        return ["float", repr(value)]
     if isinstance(value, bytes | bytearray):
-        return {"$bytes": value.hex()}
+        return ["bytes", value.hex()]
     if isinstance(value, dt.date | dt.time):
-        return value.isoformat()
-    if isinstance(value, uuid.UUID | decimal.Decimal | os.PathLike):
-        return str(value)
+        return [type(value).__name__, value.isoformat()]
+    if isinstance(value, dt.timedelta):
+        return ["timedelta", [value.days, value.seconds, value.microseconds]]
+    if isinstance(value, uuid.UUID | decimal.Decimal):
+        return [type(value).__name__, str(value)]
+    if isinstance(value, os.PathLike):
+        return ["path", _canonical(os.fspath(value))]
     if isinstance(value, list | tuple):
-        return [_canonical(item) for item in value]
+        return ["list", [_canonical(item) for item in value]]
     if isinstance(value, set | frozenset):
-        return sorted((_canonical(item) for item in value), key=_sort_key)
+        return ["set", sorted((_canonical(item) for item in value), key=_sort_key)]
     if isinstance(value, Mapping):
-        if all(isinstance(k, str) for k in value):
-            return {k: _canonical(v) for k, v in value.items()}
         pairs = [[_canonical(k), _canonical(v)] for k, v in value.items()]
-        return {"$pairs": sorted(pairs, key=_sort_key)}
+        return ["dict", sorted(pairs, key=_sort_key)]
     cls = type(value)
     if attrs.has(cls):
-        return {f.name: _canonical(getattr(value, f.name)) for f in attrs.fields(cls)}
+        fields = {f.name: getattr(value, f.name) for f in attrs.fields(cls) if f.eq}
+        return ["object", cls.__qualname__, _canonical(fields)]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _canonical(getattr(value, f.name)) for f in dataclasses.fields(value)}
-    return {"$opaque": f"{type(value).__module__}.{type(value).__qualname__}"}
+        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.compare}
+        return ["object", cls.__qualname__, _canonical(fields)]
+    return ["opaque", f"{cls.__module__}.{cls.__qualname__}"]
 
 
 def _sort_key(value: JSON) -> str:

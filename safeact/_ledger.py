@@ -7,6 +7,7 @@ import json
 import os
 import sqlite3
 import threading
+import weakref
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Self, TypeAlias
@@ -54,6 +55,9 @@ _COLUMNS = (
 )
 
 
+_NO_RESULT: object = object()
+
+
 def utc_now() -> datetime:
     """Return the current time, timezone-aware UTC."""
     return datetime.now(UTC)
@@ -91,10 +95,11 @@ class Store:
         self._path = Path(path)
         self._fsync_attempts = fsync_attempts
         self._local = threading.local()
-        self._connections: list[sqlite3.Connection] = []
+        self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._closed = False
         self._create_file()
+        self._probe()
         self._connection()
 
     @property
@@ -120,7 +125,8 @@ class Store:
         """Close every connection of this store; later use raises ``StoreError``."""
         with self._lock:
             self._closed = True
-            connections, self._connections = self._connections, []
+            connections = list(self._connections)
+            self._connections.clear()
         for connection in connections:
             connection.close()
 
@@ -151,21 +157,38 @@ class Store:
             )
         return [_record(row) for row in rows]
 
-    def resolve(self, key: str, *, happened: bool, result: object = None) -> Record:
+    def resolve(
+        self,
+        key: str,
+        *,
+        happened: bool,
+        result: object = _NO_RESULT,
+        attempt_id: str | None = None,
+    ) -> Record:
         """Close an in-doubt (IN_DOUBT or ATTEMPTING) key after checking what really happened.
 
         ``happened=True`` records it as SUCCEEDED with ``result``, given as the tool would
-        have returned it; later calls replay it, rebuilt as the tool's return type.
-        ``happened=False`` releases it: the next call runs the action.
+        have returned it (``None`` for a tool that returns ``None``); later calls replay it,
+        rebuilt as the tool's return type. ``happened=False`` releases it: the next call
+        runs the action.
+
+        Pass ``attempt_id`` (from the ``Record`` you checked) so the decision applies only to
+        that attempt: if the key was meanwhile released and claimed by a new caller, a
+        repeated or stale resolve then fails instead of releasing the new, running attempt.
 
         Raises:
-            SafeError: the key is unknown, not in doubt, or changed while being resolved.
-            ValueError: ``result`` cannot be stored, or was given with ``happened=False``.
+            SafeError: the key is unknown, not in doubt, or not at ``attempt_id`` any more.
+            ValueError: ``result`` is missing with ``happened=True``, given with
+                ``happened=False``, or cannot be stored.
 
         """
-        if not happened and result is not None:
+        if happened and result is _NO_RESULT:
+            raise ValueError(
+                "happened=True needs result=, the value the tool would have returned "
+                "(result=None for a tool that returns None)"
+            )
+        if not happened and result is not _NO_RESULT:
             raise ValueError("a result makes sense only with happened=True")
-        check_resolvable(key, self.get(key))
         finished = _time(utc_now())
         if happened:
             change = "state = ?, result = ?, finished_at = ?"
@@ -173,21 +196,25 @@ class Store:
                 State.SUCCEEDED.value,
                 json.dumps(encode_untyped(result)),
                 finished,
-                key,
             )
         else:
             change = "state = ?, finished_at = ?"
-            params = (State.RELEASED.value, finished, key)
+            params = (State.RELEASED.value, finished)
         with self._errors():
             changed = self._write(
-                f"UPDATE calls SET {change} WHERE key = ? AND state IN ({_UNSETTLED_SQL})",  # noqa: S608 - constants
-                params,
+                f"UPDATE calls SET {change} WHERE key = ? AND state IN ({_UNSETTLED_SQL}) "  # noqa: S608 - constants
+                "AND attempt_id = coalesce(?, attempt_id)",
+                (*params, key, attempt_id),
                 sync=True,
             )
         record = self.get(key)
-        if not changed or record is None:
-            raise SafeError(f"cannot resolve key {key!r}: it changed while being resolved")
-        return record
+        if changed and record is not None:
+            return record
+        unsettled = check_resolvable(key, record)
+        raise SafeError(
+            f"cannot resolve key {key!r}: attempt {attempt_id} is over, the key is now at "
+            f"attempt {unsettled.attempt_id}; check that attempt, then resolve it"
+        )
 
     def claim(
         self, key: str, tool: str, args_hash: str, *, attempt_id: str, previous: Record | None
@@ -305,22 +332,20 @@ class Store:
             fd = os.open(self._path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         except FileExistsError:
             return
-        except OSError as exc:
+        except (OSError, ValueError) as exc:
             raise StoreError(f"{self._path}: cannot create the ledger: {exc}") from exc
         os.close(fd)
 
     def _connection(self) -> sqlite3.Connection:
         if self._closed:
             raise StoreError(f"{self._path}: the store is closed")
-        local = self._local
-        if getattr(local, "pid", None) != os.getpid():
+        held: _Connection | None = getattr(self._local, "held", None)
+        if held is None or held.pid != os.getpid():
             # A connection must not cross a fork; each process and thread opens its own.
-            local.connection = self._open()
-            local.pid = os.getpid()
-        connection: sqlite3.Connection = local.connection
-        return connection
+            held = self._local.held = self._open()
+        return held.sqlite
 
-    def _open(self) -> sqlite3.Connection:
+    def _open(self) -> _Connection:
         with self._errors():
             connection = sqlite3.connect(
                 self._path, isolation_level=None, check_same_thread=False, timeout=30.0
@@ -331,12 +356,41 @@ class Store:
         except BaseException:
             connection.close()
             raise
+        held = _Connection(connection)
         with self._lock:
             if self._closed:
-                connection.close()
+                held.close()
                 raise StoreError(f"{self._path}: the store is closed")
-            self._connections.append(connection)
-        return connection
+            self._connections.add(held)
+        return held
+
+    def _probe(self) -> None:
+        """Check the file on a read-only connection before any writable one touches it.
+
+        Closing a writable connection checkpoints the WAL into the file, which would change
+        a foreign database even though we refuse it.
+        """
+        uri = f"{self._path.resolve().as_uri()}?mode=ro"
+        with self._errors():
+            probe = sqlite3.connect(uri, uri=True, isolation_level=None)
+            try:
+                _is_current(probe, self._path)
+            finally:
+                probe.close()
+
+
+class _Connection:
+    """One thread's connection; closed when the thread ends and drops it, or by ``close``."""
+
+    __slots__ = ("__weakref__", "_finalizer", "pid", "sqlite")
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self.sqlite = connection
+        self.pid = os.getpid()
+        self._finalizer = weakref.finalize(self, connection.close)
+
+    def close(self) -> None:
+        self._finalizer()
 
 
 def _prepare(connection: sqlite3.Connection, path: Path) -> None:
@@ -379,7 +433,7 @@ def _is_current(connection: sqlite3.Connection, path: Path) -> bool:
             )
         return True
     tables = connection.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
-    if application_id != 0 or tables:
+    if application_id != 0 or version != 0 or tables:
         raise StoreError(
             f"{path}: this is a SQLite database but not a safeact ledger; "
             "point safeact at a new file. The file was not changed"

@@ -6,16 +6,16 @@ import functools
 import inspect
 import logging
 import os
+import sys
 import uuid
 from collections.abc import Callable
 from typing import Concatenate, Generic, ParamSpec, TypeVar, cast
 
 from safeact._codec import ResultNotStorableError, check_return_type, decode, encode
-from safeact._keys import args_hash, check_key
+from safeact._keys import args_hash, check_key, check_text
 from safeact._ledger import Store, get_store
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
 from safeact._protocol import Doubt, Record, Replay, Run, State, checkpoint, next_step
-from safeact.exceptions import SafeError
 
 __all__ = ["SafeTool", "raise_on_doubt", "safe"]
 
@@ -41,8 +41,10 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
 
     def __init__(self, store: str | os.PathLike[str] | Store, *, name: str | None = None) -> None:
         """Open the ledger now, so a bad path fails before any action runs."""
-        if name == "":
-            raise ValueError("name must be a non-empty string, or None for module.qualname")
+        if name is not None:
+            if not name:
+                raise ValueError("name must be a non-empty string, or None for module.qualname")
+            check_text(name, "the tool name")
         self._store = store if isinstance(store, Store) else get_store(store)
         self._name = name
 
@@ -68,7 +70,7 @@ class SafeTool(Generic[P, T_co]):
         self, fn: Callable[Concatenate[str, P], T_co], store: Store, *, name: str | None = None
     ) -> None:
         """Check ``fn`` and bind it to ``store``; see ``safe``."""
-        self.name = name if name is not None else f"{fn.__module__}.{fn.__qualname__}"
+        self.name = name if name is not None else _default_name(fn)
         self.store = store
         self._fn = fn
         self._signature = _key_first_signature(fn, self.name)
@@ -123,10 +125,10 @@ class SafeTool(Generic[P, T_co]):
             value = self._fn(record.key, *args, **kwargs)  # type: ignore[arg-type] # P was checked by the caller's signature
         except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
             checkpoint("after_call")
-            error_type = _type_name(type(exc))
-            self._finish(record, State.FAILED, error_type=error_type, error_message=str(exc))
+            error_type, message = _type_name(type(exc)), _message(exc)
+            self._finish(record, State.FAILED, error_type=error_type, error_message=message)
             checkpoint("after_record")
-            return Failed(record.key, self.name, error_type, str(exc), exception=exc)
+            return Failed(record.key, self.name, error_type, message, exception=exc)
         except BaseException:
             self._interrupted(record)
             raise
@@ -151,7 +153,7 @@ class SafeTool(Generic[P, T_co]):
         """Record the end of this attempt; trouble doing so leaves the key in doubt, logged."""
         try:
             written = self.store.finish(record.key, record.attempt_id, state=state, **outcome)  # type: ignore[arg-type] # forwarded keywords
-        except SafeError:
+        except Exception:
             logger.exception(
                 "%s: could not record %s for key %r; the key stays in doubt",
                 self.name,
@@ -171,7 +173,7 @@ class SafeTool(Generic[P, T_co]):
     def _interrupted(self, record: Record) -> None:
         try:
             self.store.mark_in_doubt(record.key, record.attempt_id)
-        except SafeError:
+        except Exception:
             logger.exception("%s: could not mark key %r in doubt", self.name, record.key)
 
     def _replay(self, record: Record) -> Outcome[T_co]:
@@ -207,6 +209,20 @@ def raise_on_doubt(tool: SafeTool[P, T]) -> Callable[Concatenate[str, P], T]:
     return call
 
 
+def _default_name(fn: Callable[..., object]) -> str:
+    """Return ``module.qualname``, with the real module name of ``python -m module``.
+
+    A plain script's functions live in ``__main__``: the same function imported elsewhere
+    gets another name, and its keys conflict. Pass ``name=`` to pin it.
+    """
+    module = fn.__module__
+    if module == "__main__":
+        spec = getattr(sys.modules["__main__"], "__spec__", None)
+        if spec is not None:
+            module = spec.name
+    return f"{module}.{fn.__qualname__}"
+
+
 def _key_first_signature(fn: Callable[..., object], tool: str) -> inspect.Signature:
     signature = inspect.signature(fn)
     parameters = list(signature.parameters.values())
@@ -219,6 +235,15 @@ def _key_first_signature(fn: Callable[..., object], tool: str) -> inspect.Signat
             "e.g. 'def send_receipt(key: str, to: str) -> Receipt'"
         )
     return signature
+
+
+def _message(exc: Exception) -> str:
+    """Return ``str(exc)`` as storable text, whatever the exception's ``__str__`` does."""
+    try:
+        text = str(exc)
+    except Exception as failure:  # noqa: BLE001 - a broken __str__ must not lose the outcome
+        text = f"<str() of the exception raised {type(failure).__name__}>"
+    return text.encode("utf-8", "backslashreplace").decode()
 
 
 def _type_name(cls: type[BaseException]) -> str:

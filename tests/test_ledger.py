@@ -205,10 +205,17 @@ def test_resolving_a_settled_or_unknown_key_is_refused(store: Store, happened: b
         return 1
 
     act("k")
+
+    def decide(key: str) -> None:
+        if happened:
+            store.resolve(key, happened=True, result=2)
+        else:
+            store.resolve(key, happened=False)
+
     with pytest.raises(SafeError, match="not in doubt"):
-        store.resolve("k", happened=happened)
+        decide("k")
     with pytest.raises(SafeError, match="no such key"):
-        store.resolve("unknown", happened=happened)
+        decide("unknown")
     assert act("k") == Succeeded("k", 1, replayed=True)
 
 

@@ -160,14 +160,20 @@ class LedgerMachine(RuleBasedStateMachine):
     def resolve(self, data: st.DataObject, happened: bool, amount: int) -> None:
         key = data.draw(st.sampled_from(sorted(self.model)))
         known = self.model[key]
-        result = Receipt(key, amount) if happened else None
+
+        def decide() -> None:
+            if happened:
+                self.store.resolve(key, happened=True, result=Receipt(key, amount))
+            else:
+                self.store.resolve(key, happened=False)
+
         if known.state not in (State.ATTEMPTING, State.IN_DOUBT):
             with pytest.raises(SafeError):
-                self.store.resolve(key, happened=happened, result=result)
+                decide()
             return
-        self.store.resolve(key, happened=happened, result=result)
+        decide()
         if happened:
-            known.state, known.value = State.SUCCEEDED, result
+            known.state, known.value = State.SUCCEEDED, Receipt(key, amount)
         else:
             known.state = State.RELEASED
             known.releases += 1
