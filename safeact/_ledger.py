@@ -423,8 +423,11 @@ def _is_current(connection: sqlite3.Connection, path: Path) -> bool:
         StoreError: the file is another program's database or from a newer safeact.
 
     """
-    application_id = connection.execute("PRAGMA application_id").fetchone()[0]
-    version = connection.execute("PRAGMA user_version").fetchone()[0]
+    # One statement, so one snapshot: another process may be creating the ledger right now.
+    application_id, version, tables = connection.execute(
+        "SELECT (SELECT application_id FROM pragma_application_id), "
+        "(SELECT user_version FROM pragma_user_version), (SELECT count(*) FROM sqlite_master)"
+    ).fetchone()
     if application_id == APPLICATION_ID:
         if version > SCHEMA_VERSION:
             raise StoreError(
@@ -432,7 +435,6 @@ def _is_current(connection: sqlite3.Connection, path: Path) -> bool:
                 f"understands ({SCHEMA_VERSION}); upgrade safeact. The file was not changed"
             )
         return True
-    tables = connection.execute("SELECT count(*) FROM sqlite_master").fetchone()[0]
     if application_id != 0 or version != 0 or tables:
         raise StoreError(
             f"{path}: this is a SQLite database but not a safeact ledger; "

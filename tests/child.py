@@ -1,9 +1,11 @@
 """A process that makes one guarded call and prints its outcome as JSON.
 
 Usage: python tests/child.py LEDGER EFFECTS KEY [--kill-at CHECKPOINT] [--fail] [--barrier]
+       [--print-default-name]
 
 --kill-at SIGKILLs this process at that checkpoint of the protocol; --barrier prints
-"ready" and waits for a line on stdin before calling, so several processes start together.
+"ready" and waits for a line on stdin before opening the ledger, so several processes start
+together; --print-default-name prints the name a tool gets without name=.
 """
 
 import argparse
@@ -30,9 +32,21 @@ def main() -> None:
     parser.add_argument("--kill-at")
     parser.add_argument("--fail", action="store_true")
     parser.add_argument("--barrier", action="store_true")
+    parser.add_argument("--print-default-name", action="store_true")
     options = parser.parse_args()
 
+    if options.barrier:  # before opening: a new ledger is created under contention too
+        print("ready", flush=True)
+        sys.stdin.readline()
     store = get_store(options.ledger)
+
+    if options.print_default_name:
+
+        def probe(key: str) -> None:
+            raise AssertionError
+
+        print(safe(store)(probe).name)
+        return
 
     @safe(store, name="tests.charge")
     def charge(key: str, to: str, amount: int) -> Receipt:
@@ -45,9 +59,6 @@ def main() -> None:
         if point == options.kill_at:
             os.kill(os.getpid(), signal.SIGKILL)
 
-    if options.barrier:
-        print("ready", flush=True)
-        sys.stdin.readline()
     with checkpoint_hook(kill_at):
         outcome = charge(options.key, "a@example.com", 50)
     print(json.dumps(describe(outcome)), flush=True)

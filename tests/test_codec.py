@@ -11,7 +11,7 @@ from typing import Any, Literal, TypedDict, TypeVar
 import attrs
 import pytest
 
-from safeact import Store, StoreError, Succeeded, safe
+from safeact import InDoubt, Store, StoreError, Succeeded, safe
 
 
 class Colour(enum.Enum):
@@ -193,3 +193,30 @@ def test_stored_value_of_another_type_is_a_store_error(store: Store, new_type: o
     new.__annotations__["return"] = new_type
     with pytest.raises(StoreError, match="for key 'k' cannot be rebuilt"):
         safe(store, name="act")(new)("k")
+
+
+@attrs.frozen
+class Charge:
+    amount: int
+
+
+@pytest.mark.parametrize(
+    ("return_type", "value"),
+    [(int, 9.99), (str, None), (bool, "false"), (Charge, Charge(12.75)), (list[int], [1.5])],  # type: ignore[arg-type] # the bug under test
+)
+def test_result_that_would_replay_differently_is_not_stored(
+    store: Store, return_type: object, value: object
+) -> None:
+    """A value cattrs would coerce (9.99 as 9 for int) is returned now and never replayed."""
+
+    def act(key: str) -> Any:
+        return value
+
+    act.__annotations__["return"] = return_type
+    tool = safe(store)(act)
+    assert tool("k") == Succeeded("k", value)
+    record = store.get("k")
+    assert record is not None
+    assert record.error_message is not None
+    assert "would replay as" in record.error_message
+    assert isinstance(tool("k"), InDoubt)

@@ -78,18 +78,17 @@ def test_sixteen_threads_on_a_released_key_run_it_once_more(store: Store, tmp_pa
     assert count_effects(effects, KEY) == 1
 
 
-def test_four_processes_on_one_key_run_it_once(tmp_path: Path) -> None:
-    """4 processes released together on one new ledger and key: the action runs once."""
-    ledger, effects = tmp_path / "agent.db", tmp_path / "effects"
+def released_together(commands: list[list[str]]) -> list[dict[str, object]]:
+    """Start every command, wait until each is ready, release them at once, collect reports."""
     children = [
         subprocess.Popen(
-            child_command(ledger, effects, KEY, "--barrier"),
+            command,
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
-        for _ in range(4)
+        for command in commands
     ]
     for child in children:
         assert child.stdout is not None
@@ -98,12 +97,19 @@ def test_four_processes_on_one_key_run_it_once(tmp_path: Path) -> None:
         assert child.stdin is not None
         child.stdin.write("go\n")
         child.stdin.flush()
-    results = []
-    for child in children:
-        stdout, stderr = child.communicate(timeout=120)
-        results.append(
-            report(subprocess.CompletedProcess(child.args, child.returncode, stdout, stderr))
-        )
+    outputs = [child.communicate(timeout=120) for child in children]
+    return [
+        report(subprocess.CompletedProcess(child.args, child.returncode, *output))
+        for child, output in zip(children, outputs, strict=True)
+    ]
+
+
+def test_four_processes_on_one_key_run_it_once(tmp_path: Path) -> None:
+    """4 processes released together on one new ledger and key: the action runs once."""
+    ledger, effects = tmp_path / "agent.db", tmp_path / "effects"
+    results = released_together(
+        [child_command(ledger, effects, KEY, "--barrier") for _ in range(4)]
+    )
     kinds = Counter(
         "ran" if r == {**r, "kind": "Succeeded", "replayed": False} else str(r["kind"])
         for r in results
@@ -112,3 +118,13 @@ def test_four_processes_on_one_key_run_it_once(tmp_path: Path) -> None:
     assert sum(kinds.values()) == 4
     assert set(kinds) <= {"ran", "Succeeded", "InDoubt"}
     assert count_effects(effects, KEY) == 1
+
+
+def test_eight_processes_create_one_new_ledger_at_once(tmp_path: Path) -> None:
+    """8 processes released together on a file that does not exist yet: none fails (3 rounds)."""
+    for round_ in range(3):
+        ledger = tmp_path / f"agent-{round_}.db"
+        results = released_together(
+            [child_command(ledger, tmp_path / "effects", f"k{n}", "--barrier") for n in range(8)]
+        )
+        assert [r["kind"] for r in results] == ["Succeeded"] * 8

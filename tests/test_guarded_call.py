@@ -1,5 +1,7 @@
 """The contract of a guarded call, one rule at a time, in one process."""
 
+import subprocess
+import sys
 from datetime import UTC
 from pathlib import Path
 
@@ -392,3 +394,64 @@ def test_completion_after_release_and_new_claim_is_not_recorded(
     assert record is not None
     assert (record.state, record.result) == (State.SUCCEEDED, 2)
     assert "released and claimed again" in caplog.text
+
+
+class UnprintableError(Exception):
+    def __str__(self) -> str:
+        raise RuntimeError
+
+
+@pytest.mark.parametrize(
+    ("error", "message"),
+    [
+        (OSError("bad byte \udcff"), "bad byte \\udcff"),
+        (UnprintableError(), "<str() of the exception raised RuntimeError>"),
+    ],
+)
+def test_failure_with_an_unstorable_message_is_still_recorded(
+    store: Store, error: Exception, message: str
+) -> None:
+    """An exception whose text cannot be stored as is still gives Failed, replayed later."""
+    runs: list[str] = []
+
+    @safe(store, name="act")
+    def act(key: str) -> None:
+        runs.append(key)
+        raise error
+
+    assert act("k") == Failed("k", "act", _type_name(error), message)
+    assert act("k") == Failed("k", "act", _type_name(error), message, replayed=True)
+    assert runs == ["k"]
+
+
+def _type_name(error: Exception) -> str:
+    cls = type(error)
+    return cls.__qualname__ if cls.__module__ == "builtins" else f"{__name__}.{cls.__qualname__}"
+
+
+@pytest.mark.parametrize("text", ["refund-\udcff"])
+def test_key_and_name_must_be_valid_text(store: Store, text: str) -> None:
+    """A key or tool name with a lone surrogate is a ValueError before anything runs."""
+    with pytest.raises(ValueError, match="not valid Unicode"):
+        safe(store, name=text)
+    runs: list[str] = []
+    with pytest.raises(ValueError, match="not valid Unicode"):
+        make_charge(store, runs)(text, "a@b.c")
+    assert runs == []
+
+
+def test_default_name_uses_the_module_name_of_python_m(tmp_path: Path) -> None:
+    """Run with -m, a tool is named after its real module; run as a script, after __main__."""
+    root = Path(__file__).resolve().parent.parent
+    arguments = [str(tmp_path / "agent.db"), str(tmp_path / "effects"), "k"]
+    names = [
+        subprocess.run(
+            [sys.executable, *how, *arguments, "--print-default-name"],
+            capture_output=True,
+            text=True,
+            check=True,
+            cwd=root,
+        ).stdout.strip()
+        for how in (["-m", "tests.child"], [str(root / "tests" / "child.py")])
+    ]
+    assert names == ["tests.child.main.<locals>.probe", "__main__.main.<locals>.probe"]

@@ -4,6 +4,7 @@ import os
 import sqlite3
 import stat
 import subprocess
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -279,3 +280,119 @@ def test_version_is_the_project_version() -> None:
     assert safeact.__version__ == tomllib.loads(pyproject.read_text())["project"]["version"]
     with pytest.raises(AttributeError, match="no_such_name"):
         _ = safeact.no_such_name  # type: ignore[attr-defined] # the misuse under test
+
+
+def test_stale_resolve_does_not_touch_a_newer_attempt(store: Store) -> None:
+    """resolve(attempt_id=old) fails once the key was released and claimed again."""
+    store.claim("k", "act", "h", attempt_id="first", previous=None)
+    released = store.resolve("k", happened=False, attempt_id="first")
+    store.claim("k", "act", "h", attempt_id="second", previous=released)
+    with pytest.raises(SafeError, match=r"attempt first is over.*now at attempt second"):
+        store.resolve("k", happened=False, attempt_id="first")
+    record = store.get("k")
+    assert record is not None
+    assert (record.state, record.attempt_id) == (State.ATTEMPTING, "second")
+    assert store.resolve("k", happened=True, result=1, attempt_id="second").result == 1
+
+
+def test_resolve_happened_needs_a_result(store: Store) -> None:
+    """happened=True without result= is a ValueError: a replay needs a value."""
+    store.claim("k", "act", "h", attempt_id="a", previous=None)
+    with pytest.raises(ValueError, match="needs result="):
+        store.resolve("k", happened=True)
+    assert store.resolve("k", happened=True, result=None).state is State.SUCCEEDED
+
+
+def test_stale_claim_of_a_released_key_loses(store: Store) -> None:
+    """Only one caller takes a RELEASED row over; a claim based on an older row gets None."""
+    store.claim("k", "act", "h", attempt_id="a", previous=None)
+    released = store.resolve("k", happened=False)
+    assert store.claim("k", "act", "h", attempt_id="b", previous=released) is not None
+    assert store.claim("k", "act", "h", attempt_id="c", previous=released) is None
+    released_again = store.resolve("k", happened=False)
+    assert store.claim("k", "act", "h", attempt_id="d", previous=released) is None
+    assert store.claim("k", "act", "h", attempt_id="e", previous=released_again) is not None
+
+
+def test_claim_of_a_finished_key_loses(store: Store) -> None:
+    """A RELEASED row that its owner finished meanwhile cannot be claimed from the old view."""
+    store.claim("k", "act", "h", attempt_id="a", previous=None)
+    released = store.resolve("k", happened=False)
+    store.finish("k", "a", state=State.SUCCEEDED, result=1)
+    assert store.claim("k", "act", "h", attempt_id="b", previous=released) is None
+
+
+def test_in_doubt_mark_never_overwrites_a_finished_attempt(store: Store) -> None:
+    """A caller that saw ATTEMPTING but marks after the owner finished changes nothing."""
+    store.claim("k", "act", "h", attempt_id="a", previous=None)
+    store.finish("k", "a", state=State.SUCCEEDED, result=1)
+    store.mark_in_doubt("k", "a")
+    record = store.get("k")
+    assert record is not None
+    assert record.state is State.SUCCEEDED
+
+
+def test_claim_of_a_released_key_is_synced(ledger: Path) -> None:
+    """Taking over a RELEASED row is an ATTEMPTING commit too: synchronous=FULL."""
+    statements: list[str] = []
+    with get_store(ledger) as store:
+        store.claim("k", "act", "h", attempt_id="a", previous=None)
+        released = store.resolve("k", happened=False)
+        store._connection().set_trace_callback(statements.append)
+        assert store.claim("k", "act", "h", attempt_id="b", previous=released) is not None
+    (update,) = [i for i, s in enumerate(statements) if s.startswith("UPDATE calls")]
+    assert _synchronous_before(statements, update) == "FULL"
+
+
+@pytest.mark.parametrize(
+    ("pragma", "message"),
+    [("application_id = 7", "not a safeact ledger"), ("user_version = 99", "newer than")],
+)
+def test_refused_database_with_a_live_wal_is_untouched(
+    tmp_path: Path, pragma: str, message: str
+) -> None:
+    """A WAL-mode database whose writer is still open keeps its file and WAL byte for byte."""
+    path = tmp_path / "other.db"
+    writer = sqlite3.connect(path, isolation_level=None)
+    try:
+        writer.execute("PRAGMA journal_mode = WAL")
+        if "user_version" in pragma:
+            writer.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        writer.execute(f"PRAGMA {pragma}")
+        writer.execute("CREATE TABLE notes (body TEXT)")
+        writer.execute("INSERT INTO notes VALUES ('keep me')")
+        wal = path.with_name(path.name + "-wal")
+        before = (path.read_bytes(), wal.read_bytes())
+        with pytest.raises(StoreError, match=message):
+            get_store(path)
+        assert (path.read_bytes(), wal.read_bytes()) == before
+    finally:
+        writer.close()
+
+
+def test_empty_database_of_another_program_is_refused(ledger: Path) -> None:
+    """A database with no tables but its own user_version belongs to someone else."""
+    with sqlite3.connect(ledger) as connection:
+        connection.execute("PRAGMA user_version = 7")
+    connection.close()
+    write_bytes_and_expect_refusal(ledger, ledger.read_bytes(), "not a safeact ledger")
+
+
+def test_nul_in_the_path_is_a_store_error(tmp_path: Path) -> None:
+    """A path with a NUL byte raises StoreError, not a bare ValueError."""
+    with pytest.raises(StoreError, match="cannot create"):
+        get_store(f"{tmp_path}/a\0b.db")
+
+
+def test_connections_of_finished_threads_are_closed(store: Store) -> None:
+    """A thread's connection closes when the thread ends: 50 threads do not hold 50 files."""
+
+    def open_files() -> int:
+        return len(list(Path("/proc/self/fd").iterdir()))
+
+    before = open_files()
+    for _ in range(50):
+        worker = threading.Thread(target=store.get, args=("k",))
+        worker.start()
+        worker.join()
+    assert open_files() <= before + 3
