@@ -93,10 +93,8 @@ def _canonical(value: object) -> JSON:  # noqa: C901, PLR0911, PLR0912 - a case 
     """
     if isinstance(value, enum.Enum):
         return ["enum", f"{type(value).__qualname__}.{value.name}"]
-    if value is None or isinstance(value, bool | str):
-        return value
-    if isinstance(value, int):
-        return ["int", str(value)]
+    if value is None or isinstance(value, bool | int | str):
+        return value  # JSON keeps these apart: 1, true, "1", null; every other kind is tagged
     if isinstance(value, float):
         return ["float", repr(value)]
     if isinstance(value, bytes | bytearray):

@@ -1,9 +1,11 @@
 """The ledger file: creation, permissions, refusal of foreign or newer files, resolve."""
 
 import os
+import signal
 import sqlite3
 import stat
 import subprocess
+import sys
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -344,30 +346,39 @@ def test_claim_of_a_released_key_is_synced(ledger: Path) -> None:
     assert _synchronous_before(statements, update) == "FULL"
 
 
+CRASHED_WRITER = """
+import os, signal, sqlite3, sys
+connection = sqlite3.connect(sys.argv[1], isolation_level=None)
+connection.execute("PRAGMA journal_mode = WAL")
+for pragma in sys.argv[2:]:
+    connection.execute(f"PRAGMA {pragma}")
+connection.execute("CREATE TABLE notes (body TEXT)")
+connection.execute("INSERT INTO notes VALUES ('keep me')")
+os.kill(os.getpid(), signal.SIGKILL)
+"""
+
+
 @pytest.mark.parametrize(
-    ("pragma", "message"),
-    [("application_id = 7", "not a safeact ledger"), ("user_version = 99", "newer than")],
+    ("pragmas", "message"),
+    [
+        (["application_id = 7"], "not a safeact ledger"),
+        ([f"application_id = {APPLICATION_ID}", "user_version = 99"], "newer than"),
+    ],
 )
-def test_refused_database_with_a_live_wal_is_untouched(
-    tmp_path: Path, pragma: str, message: str
+def test_refused_database_with_a_hot_wal_is_untouched(
+    tmp_path: Path, pragmas: list[str], message: str
 ) -> None:
-    """A WAL-mode database whose writer is still open keeps its file and WAL byte for byte."""
+    """A WAL database whose writer was killed keeps its file and its WAL byte for byte."""
     path = tmp_path / "other.db"
-    writer = sqlite3.connect(path, isolation_level=None)
-    try:
-        writer.execute("PRAGMA journal_mode = WAL")
-        if "user_version" in pragma:
-            writer.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        writer.execute(f"PRAGMA {pragma}")
-        writer.execute("CREATE TABLE notes (body TEXT)")
-        writer.execute("INSERT INTO notes VALUES ('keep me')")
-        wal = path.with_name(path.name + "-wal")
-        before = (path.read_bytes(), wal.read_bytes())
-        with pytest.raises(StoreError, match=message):
-            get_store(path)
-        assert (path.read_bytes(), wal.read_bytes()) == before
-    finally:
-        writer.close()
+    writer = subprocess.run(
+        [sys.executable, "-c", CRASHED_WRITER, str(path), *pragmas], check=False
+    )
+    assert writer.returncode == -signal.SIGKILL
+    wal = path.with_name(path.name + "-wal")
+    before = (path.read_bytes(), wal.read_bytes())
+    with pytest.raises(StoreError, match=message):
+        get_store(path)
+    assert (path.read_bytes(), wal.read_bytes()) == before
 
 
 def test_empty_database_of_another_program_is_refused(ledger: Path) -> None:
