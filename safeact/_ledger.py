@@ -7,6 +7,7 @@ import json
 import os
 import sqlite3
 import threading
+import time
 import weakref
 from datetime import UTC, datetime
 from pathlib import Path
@@ -26,6 +27,8 @@ __all__ = ["Store", "get_store", "utc_now"]
 
 APPLICATION_ID = 0x53414654  # "SAFT": marks a file as a safeact ledger
 SCHEMA_VERSION = 1
+BUSY_TIMEOUT = 30.0
+"""Seconds a connection waits for another one's lock before giving up."""
 
 # Sorted, so the partial index and the queries spell the same condition in every process.
 _UNSETTLED_SQL = ", ".join(sorted(f"'{s.value}'" for s in UNSETTLED))
@@ -348,7 +351,7 @@ class Store:
     def _open(self) -> _Connection:
         with self._errors():
             connection = sqlite3.connect(
-                self._path, isolation_level=None, check_same_thread=False, timeout=30.0
+                self._path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT
             )
         try:
             with self._errors():
@@ -398,7 +401,7 @@ def _prepare(connection: sqlite3.Connection, path: Path) -> None:
 
     Nothing is written to a file that fails the check.
     """
-    connection.execute("PRAGMA busy_timeout = 30000")
+    connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
     if not _is_current(connection, path):
         # Two processes may open a new file at once: the write lock makes one create it.
         connection.execute("BEGIN IMMEDIATE")
@@ -410,10 +413,32 @@ def _prepare(connection: sqlite3.Connection, path: Path) -> None:
         finally:
             if connection.in_transaction:
                 connection.execute("ROLLBACK")
-    mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-    if mode != "wal":
-        raise StoreError(f"{path}: cannot switch the ledger to WAL mode (it stays {mode!r})")
+    _use_wal(connection, path)
     connection.execute("PRAGMA synchronous = NORMAL")
+
+
+def _use_wal(connection: sqlite3.Connection, path: Path) -> None:
+    """Switch a new ledger to WAL mode; the first opener does it, the others wait for it.
+
+    SQLite answers a journal-mode switch that races another connection's read with BUSY,
+    at once when both would need the exclusive lock, so this loop does the waiting, within
+    the busy timeout, with SQLite's own busy handler off.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT
+    connection.execute("PRAGMA busy_timeout = 0")
+    try:
+        while connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            try:
+                mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.005)
+                continue
+            if mode != "wal":
+                raise StoreError(f"{path}: cannot switch the ledger to WAL mode ({mode!r})")
+    finally:
+        connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
 
 
 def _is_current(connection: sqlite3.Connection, path: Path) -> bool:

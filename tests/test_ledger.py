@@ -7,6 +7,7 @@ import stat
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -21,6 +22,7 @@ from safeact import (
     Store,
     StoreError,
     Succeeded,
+    _ledger,
     get_store,
     safe,
 )
@@ -407,3 +409,40 @@ def test_connections_of_finished_threads_are_closed(store: Store) -> None:
         worker.start()
         worker.join()
     assert open_files() <= before + 3
+
+
+def test_switch_to_wal_waits_for_a_reader_of_a_new_ledger(
+    ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ledger not yet in WAL mode, read by another process, is switched once the reader goes.
+
+    SQLite refuses such a switch with BUSY rather than waiting; the store retries. The retry's
+    pause is where the reader is let go.
+    """
+    get_store(ledger).close()
+    with sqlite3.connect(ledger) as connection:
+        connection.execute("PRAGMA journal_mode = DELETE")
+    connection.close()
+    reader = sqlite3.connect(ledger, isolation_level=None)
+    reader.execute("BEGIN")
+    reader.execute("SELECT count(*) FROM calls").fetchone()
+    pauses: list[float] = []
+
+    class Clock:
+        monotonic = staticmethod(time.monotonic)
+
+        @staticmethod
+        def sleep(seconds: float) -> None:
+            pauses.append(seconds)
+            reader.execute("COMMIT")
+
+    monkeypatch.setattr(_ledger, "BUSY_TIMEOUT", 0.05)
+    monkeypatch.setattr(_ledger, "time", Clock)
+    try:
+        get_store(ledger).close()
+    finally:
+        reader.close()
+    assert len(pauses) == 1
+    with sqlite3.connect(ledger) as connection:
+        assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    connection.close()
