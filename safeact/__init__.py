@@ -8,7 +8,8 @@ from typing import TYPE_CHECKING
 
 from safeact._ledger import Store, get_store
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
-from safeact._protocol import Record, State
+from safeact._protocol import Record, SagaRecord, SagaState, State
+from safeact._saga import Saga, SagaFailed
 from safeact._tool import SafeTool, raise_on_doubt, safe
 from safeact.exceptions import (
     FailedCallError,
@@ -28,6 +29,10 @@ __all__ = [
     "Record",
     "SafeError",
     "SafeTool",
+    "Saga",
+    "SagaFailed",
+    "SagaRecord",
+    "SagaState",
     "State",
     "Store",
     "StoreError",

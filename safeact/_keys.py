@@ -22,8 +22,8 @@ if TYPE_CHECKING:
 __all__ = ["args_hash", "check_key"]
 
 
-def check_key(key: object) -> str:
-    """Return ``key`` if it can name an action.
+def check_key(key: object, what: str = "the key") -> str:
+    """Return ``key`` if it can name an action (or, as ``what`` says, a saga).
 
     Raises:
         TypeError: ``key`` is not a ``str``.
@@ -32,12 +32,12 @@ def check_key(key: object) -> str:
     """
     if not isinstance(key, str):
         raise TypeError(
-            f"the key must be a str, got {type(key).__name__}: pass a string that names this "
-            "action, such as 'refund-8842'"
+            f"{what} must be a str, got {type(key).__name__}: pass a string that names it, "
+            "such as 'refund-8842'"
         )
     if not key:
-        raise ValueError("the key must be a non-empty string that names this action")
-    check_text(key, "the key")
+        raise ValueError(f"{what} must be a non-empty string that names it")
+    check_text(key, what)
     return key
 
 

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Self, TypeAlias
 
 from safeact._codec import encode_untyped
-from safeact._protocol import UNSETTLED, Record, State, check_resolvable
+from safeact._protocol import UNSETTLED, Record, SagaRecord, SagaState, State, check_resolvable
 from safeact.exceptions import SafeError, StoreError
 
 if TYPE_CHECKING:
@@ -48,6 +48,24 @@ _SCHEMA = (
         schema_version INTEGER NOT NULL
     ) WITHOUT ROWID""",
     (f"CREATE INDEX calls_unsettled ON calls (attempted_at) WHERE state IN ({_UNSETTLED_SQL})"),
+    f"""CREATE TABLE sagas (
+        saga_id        TEXT PRIMARY KEY NOT NULL,
+        state          TEXT NOT NULL
+                       CHECK (state IN ({", ".join(f"'{s.value}'" for s in SagaState)})),
+        started_at     TEXT NOT NULL,
+        updated_at     TEXT NOT NULL,
+        aborted_step   TEXT,
+        abort_reason   TEXT,
+        schema_version INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TABLE saga_steps (
+        saga_id    TEXT NOT NULL REFERENCES sagas (saga_id),
+        step_index INTEGER NOT NULL,
+        name       TEXT NOT NULL,
+        key        TEXT NOT NULL,
+        PRIMARY KEY (saga_id, step_index)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX sagas_by_state ON sagas (state, started_at)",
     f"PRAGMA application_id = {APPLICATION_ID}",
     f"PRAGMA user_version = {SCHEMA_VERSION}",
 )
@@ -305,6 +323,90 @@ class Store:
                 sync=False,
             )
 
+    def get_saga(self, saga_id: str) -> SagaRecord | None:
+        """Return the progress of saga ``saga_id``, or ``None`` if it never started."""
+        with self._errors():
+            connection = self._connection()
+            row = connection.execute(
+                "SELECT saga_id, state, started_at, updated_at, aborted_step, abort_reason "
+                "FROM sagas WHERE saga_id = ?",
+                (saga_id,),
+            ).fetchone()
+            steps = connection.execute(
+                "SELECT key FROM saga_steps WHERE saga_id = ? ORDER BY step_index", (saga_id,)
+            ).fetchall()
+        return None if row is None else _saga_record(row, tuple(key for (key,) in steps))
+
+    def list_sagas(self, state: SagaState | None = None) -> list[SagaRecord]:
+        """Return every saga, or those in ``state``; stuck rollbacks (COMPENSATING) first."""
+        with self._errors():
+            rows = (
+                self._connection()
+                .execute(
+                    "SELECT saga_id FROM sagas WHERE coalesce(?, state) = state "
+                    "ORDER BY state != ?, started_at, saga_id",
+                    (None if state is None else state.value, SagaState.COMPENSATING.value),
+                )
+                .fetchall()
+            )
+        return [saga for (saga_id,) in rows if (saga := self.get_saga(saga_id)) is not None]
+
+    def begin_saga(self, saga_id: str) -> SagaRecord:
+        """Record saga ``saga_id`` as RUNNING unless it exists; return its progress."""
+        now = _time(utc_now())
+        with self._errors():
+            self._write(
+                "INSERT OR IGNORE INTO sagas (saga_id, state, started_at, updated_at, "
+                "schema_version) VALUES (?, ?, ?, ?, ?)",
+                (saga_id, SagaState.RUNNING.value, now, now, SCHEMA_VERSION),
+                sync=False,
+            )
+        saga = self.get_saga(saga_id)
+        if saga is None:
+            raise StoreError(f"{self._path}: saga {saga_id!r} vanished while starting")
+        return saga
+
+    def record_saga_step(self, saga_id: str, index: int, name: str, key: str) -> str:
+        """Record that step ``index`` of the saga is ``key``, unless it was recorded already.
+
+        Returns the key recorded for that index, which differs from ``key`` if an earlier run
+        of the saga took other steps.
+        """
+        with self._errors():
+            self._write(
+                "INSERT OR IGNORE INTO saga_steps (saga_id, step_index, name, key) "
+                "VALUES (?, ?, ?, ?)",
+                (saga_id, index, name, key),
+                sync=False,
+            )
+            (recorded,) = (
+                self._connection()
+                .execute(
+                    "SELECT key FROM saga_steps WHERE saga_id = ? AND step_index = ?",
+                    (saga_id, index),
+                )
+                .fetchone()
+            )
+        return str(recorded)
+
+    def move_saga(
+        self,
+        saga_id: str,
+        state: SagaState,
+        *,
+        aborted_step: str | None = None,
+        abort_reason: str | None = None,
+    ) -> None:
+        """Set the saga's state; the abort's step and reason are kept once recorded."""
+        with self._errors():
+            self._write(
+                "UPDATE sagas SET state = ?, updated_at = ?, "
+                "aborted_step = coalesce(aborted_step, ?), "
+                "abort_reason = coalesce(abort_reason, ?) WHERE saga_id = ?",
+                (state.value, _time(utc_now()), aborted_step, abort_reason, saga_id),
+                sync=False,
+            )
+
     def _write(self, sql: str, params: tuple[object, ...], *, sync: bool) -> bool:
         """Run one statement as its own transaction; return whether it changed a row.
 
@@ -466,6 +568,22 @@ def _is_current(connection: sqlite3.Connection, path: Path) -> bool:
             "point safeact at a new file. The file was not changed"
         )
     return False
+
+
+_SagaRow: TypeAlias = tuple[str, str, str, str, str | None, str | None]
+
+
+def _saga_record(row: _SagaRow, steps: tuple[str, ...]) -> SagaRecord:
+    saga_id, state, started_at, updated_at, aborted_step, abort_reason = row
+    return SagaRecord(
+        saga_id=saga_id,
+        state=SagaState(state),
+        started_at=datetime.fromisoformat(started_at),
+        updated_at=datetime.fromisoformat(updated_at),
+        steps=steps,
+        aborted_step=aborted_step,
+        abort_reason=abort_reason,
+    )
 
 
 _Row: TypeAlias = tuple[

@@ -36,11 +36,14 @@ if TYPE_CHECKING:
 
 __all__ = [
     "JSON",
+    "ROLLED_BACK",
     "Checkpoint",
     "Doubt",
     "Record",
     "Replay",
     "Run",
+    "SagaRecord",
+    "SagaState",
     "State",
     "Step",
     "check_resolvable",
@@ -125,13 +128,15 @@ def next_step(record: Record | None, tool: str, args_hash: str) -> Step:
     """
     if record is None:
         return Run(None)
-    if record.tool != tool or record.args_hash != args_hash:
+    if record.tool != tool:
+        raise KeyConflictError(
+            record.key, f"is already recorded for tool {record.tool!r}, not {tool!r}"
+        )
+    if record.args_hash != args_hash:
         raise KeyConflictError(
             record.key,
-            recorded_tool=record.tool,
-            recorded_args_hash=record.args_hash,
-            tool=tool,
-            args_hash=args_hash,
+            f"is already recorded for other arguments (args hash {record.args_hash[:12]}, "
+            f"not {args_hash[:12]})",
         )
     match record.state:
         case State.RELEASED:
@@ -157,6 +162,43 @@ def check_resolvable(key: str, record: Record | None) -> Record:
             "only ATTEMPTING and IN_DOUBT keys need a decision"
         )
     return record
+
+
+class SagaState(enum.Enum):
+    """Where a saga stands.
+
+    ``RUNNING`` → ``COMPLETED``, or ``RUNNING`` → ``COMPENSATING`` → ``COMPENSATED`` (every
+    compensation succeeded) or ``ROLLBACK_INCOMPLETE`` (some failed or are in doubt). A saga
+    found COMPENSATING was cut short mid-rollback: re-running its code finishes the rollback.
+    """
+
+    RUNNING = "running"
+    COMPLETED = "completed"
+    COMPENSATING = "compensating"
+    COMPENSATED = "compensated"
+    ROLLBACK_INCOMPLETE = "rollback_incomplete"
+
+
+ROLLED_BACK = frozenset({SagaState.COMPENSATED, SagaState.ROLLBACK_INCOMPLETE})
+"""Final states of a saga that was aborted: a re-run raises ``SagaFailed`` and runs nothing."""
+
+
+@attrs.frozen(kw_only=True)
+class SagaRecord:
+    """A saga's progress in the ledger.
+
+    ``steps`` are the keys of the steps it started, in order. ``aborted_step`` is the key of
+    the step whose outcome aborted it; ``abort_reason`` says why when the ``with`` block
+    raised instead.
+    """
+
+    saga_id: str
+    state: SagaState
+    started_at: datetime
+    updated_at: datetime
+    steps: tuple[str, ...] = ()
+    aborted_step: str | None = None
+    abort_reason: str | None = None
 
 
 Checkpoint: TypeAlias = Literal["before_claim", "after_claim", "after_call", "after_record"]

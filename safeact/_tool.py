@@ -9,7 +9,7 @@ import os
 import sys
 import uuid
 from collections.abc import Callable
-from typing import Concatenate, Generic, ParamSpec, TypeVar, cast
+from typing import Concatenate, Generic, Never, ParamSpec, TypeAlias, TypeVar, cast
 
 from safeact._codec import ResultNotStorableError, check_return_type, decode, encode
 from safeact._keys import args_hash, check_key, check_text
@@ -25,21 +25,32 @@ T_co = TypeVar("T_co", covariant=True)
 
 logger = logging.getLogger("safeact")
 
+Compensation: TypeAlias = Callable[[str, Never], object]
+"""A function that undoes a step: ``compensate(compensation_key, step_value)``."""
+
 
 class safe:  # noqa: N801 - used as a decorator, so it reads as a function
     """Make functions into tools that run at most once per key.
 
     ``safe(store)`` takes a ledger path or a ``Store``; ``name`` pins the tool's name (by
     default ``module.qualname``, the same in every process) so a rename keeps its keys.
+    ``compensate`` undoes the tool's action when it is a step of a ``Saga`` that aborts: it
+    is called as ``compensate(compensation_key, value)``, itself a guarded call.
 
     Raises:
         StoreError: the ledger at ``store`` cannot be opened.
 
     """
 
-    __slots__ = ("_name", "_store")
+    __slots__ = ("_compensate", "_name", "_store")
 
-    def __init__(self, store: str | os.PathLike[str] | Store, *, name: str | None = None) -> None:
+    def __init__(
+        self,
+        store: str | os.PathLike[str] | Store,
+        *,
+        name: str | None = None,
+        compensate: Compensation | None = None,
+    ) -> None:
         """Open the ledger now, so a bad path fails before any action runs."""
         if name is not None:
             if not name:
@@ -47,6 +58,7 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
             check_text(name, "the tool name")
         self._store = store if isinstance(store, Store) else get_store(store)
         self._name = name
+        self._compensate = compensate
 
     def __call__(self, fn: Callable[Concatenate[str, P], T]) -> SafeTool[P, T]:
         """Guard ``fn``, whose first parameter receives the key.
@@ -56,22 +68,28 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
                 and rebuilt (missing, too loose, awaitable, or unknown to cattrs).
 
         """
-        return SafeTool(fn, self._store, name=self._name)
+        return SafeTool(fn, self._store, name=self._name, compensate=self._compensate)
 
 
 class SafeTool(Generic[P, T_co]):
     """A function guarded by a ledger: call it with a key first, get an ``Outcome``.
 
-    Attributes ``name``, ``store`` and ``return_type`` describe it; ``__wrapped__`` is the
-    function itself.
+    Attributes ``name``, ``store``, ``return_type`` and ``compensate`` describe it;
+    ``__wrapped__`` is the function itself.
     """
 
     def __init__(
-        self, fn: Callable[Concatenate[str, P], T_co], store: Store, *, name: str | None = None
+        self,
+        fn: Callable[Concatenate[str, P], T_co],
+        store: Store,
+        *,
+        name: str | None = None,
+        compensate: Compensation | None = None,
     ) -> None:
         """Check ``fn`` and bind it to ``store``; see ``safe``."""
         self.name = name if name is not None else _default_name(fn)
         self.store = store
+        self.compensate = compensate
         self._fn = fn
         self._signature = _key_first_signature(fn, self.name)
         self.return_type = check_return_type(fn, self.name)

@@ -30,34 +30,18 @@ class StoreError(SafeError):
 
 
 class KeyConflictError(SafeError):
-    """A key was reused for another tool or with other arguments; nothing ran.
+    """A key was reused for another action; nothing ran.
 
-    A key names one action. Reusing it for a different one would replay the wrong result, so
-    safeact refuses: pick a key that identifies this action.
+    A key names one action: one tool with one set of arguments, or one step of one saga.
+    Reusing it for something else would replay the wrong result, so safeact refuses: pick
+    a key that identifies this action. ``key`` is the key in question.
     """
 
-    def __init__(
-        self,
-        key: str,
-        *,
-        recorded_tool: str,
-        recorded_args_hash: str,
-        tool: str,
-        args_hash: str,
-    ) -> None:
-        """Describe the conflict between the recorded use of ``key`` and this one."""
+    def __init__(self, key: str, reason: str) -> None:
+        """Say which key conflicts and with what."""
         self.key = key
-        self.recorded_tool = recorded_tool
-        self.recorded_args_hash = recorded_args_hash
-        self.tool = tool
-        self.args_hash = args_hash
-        if recorded_tool != tool:
-            what = f"tool {recorded_tool!r}, not {tool!r}"
-        else:
-            what = f"other arguments (args hash {recorded_args_hash[:12]}, not {args_hash[:12]})"
         super().__init__(
-            f"key {key!r} is already recorded for {what}; nothing ran. "
-            "Use a key that identifies this exact action."
+            f"key {key!r} {reason}; nothing ran. Use a key that identifies this exact action."
         )
 
 

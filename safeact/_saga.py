@@ -1,0 +1,342 @@
+"""Sagas: guarded steps that are compensated newest first, once each, when one aborts.
+
+A saga's steps and compensations are ordinary guarded calls with deterministic keys
+(``{saga_id}:{index}:{name}`` and ``{step_key}:compensate``), so each runs at most once
+ever. The saga's own progress (``SagaState``) is in the ledger: re-running the same code
+with the same ``saga_id`` replays the completed steps and finishes a rollback that was cut
+short, because the step that aborted it replays its outcome and aborts again.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Concatenate, Self, TypeVar, overload
+
+import attrs
+
+from safeact._keys import check_key
+from safeact._ledger import Store, get_store
+from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
+from safeact._protocol import ROLLED_BACK, SagaRecord, SagaState, State
+from safeact._tool import Compensation, SafeTool
+from safeact.exceptions import KeyConflictError, SafeError
+
+if TYPE_CHECKING:
+    from types import TracebackType
+
+__all__ = ["Saga", "SagaFailed"]
+
+T = TypeVar("T")
+
+
+class SagaFailed(SafeError):  # noqa: N818 - the name users asked for
+    """A saga aborted; its completed steps were compensated, newest first, as far as possible.
+
+    Attributes:
+        saga_id: the saga.
+        step: key of the step whose outcome aborted it, or None if the block raised.
+        outcome: that step's ``Failed`` or ``InDoubt`` (an in-doubt step is not
+            compensated: nobody knows whether it happened).
+        reason: the block's exception as ``Type: message`` when the block aborted it.
+        compensated: keys of the steps whose compensation ran in this run.
+        replayed: keys of the steps whose compensation had already run.
+        failed: keys of the steps whose compensation failed.
+        in_doubt: keys of the steps whose compensation is in doubt.
+        skipped: keys of completed steps that have no compensation.
+
+    """
+
+    def __init__(  # noqa: PLR0913 - one parameter per part of the report
+        self,
+        saga_id: str,
+        *,
+        step: str | None,
+        outcome: Failed | InDoubt | None,
+        reason: str | None,
+        compensated: tuple[str, ...] = (),
+        replayed: tuple[str, ...] = (),
+        failed: tuple[str, ...] = (),
+        in_doubt: tuple[str, ...] = (),
+        skipped: tuple[str, ...] = (),
+    ) -> None:
+        """Report how saga ``saga_id`` was aborted and rolled back."""
+        self.saga_id = saga_id
+        self.step = step
+        self.outcome = outcome
+        self.reason = reason
+        self.compensated = compensated
+        self.replayed = replayed
+        self.failed = failed
+        self.in_doubt = in_doubt
+        self.skipped = skipped
+        cause = _cause(step, outcome, reason)
+        rollback = "fully rolled back" if self.fully_rolled_back else "NOT fully rolled back"
+        parts = [
+            f"{label}: {', '.join(keys)}"
+            for label, keys in [
+                ("compensated", compensated),
+                ("compensation replayed", replayed),
+                ("compensation FAILED", failed),
+                ("compensation IN DOUBT", in_doubt),
+                ("no compensation", skipped),
+            ]
+            if keys
+        ]
+        super().__init__(f"saga {saga_id!r} aborted: {cause}; {rollback}. " + "; ".join(parts))
+
+    @property
+    def fully_rolled_back(self) -> bool:
+        """Whether every completed step with a compensation was compensated."""
+        return not self.failed and not self.in_doubt
+
+
+def _cause(step: str | None, outcome: Failed | InDoubt | None, reason: str | None) -> str:
+    match outcome:
+        case Failed(error_type=error_type, message=message):
+            return f"step {step!r} failed ({error_type}: {message})"
+        case InDoubt():
+            return f"step {step!r} is in doubt (not compensated)"
+        case None:
+            return f"the saga block raised {reason}"
+
+
+@attrs.frozen
+class _Completed:
+    """A step that succeeded in this run of the saga (ran now or replayed)."""
+
+    key: str
+    value: object
+    compensate: Compensation | None
+
+
+class Saga:
+    """Run several guarded steps; if one aborts, compensate the completed ones in reverse.
+
+    Use as ``with Saga(saga_id, store) as s: value = s.step(fn, *args, compensate=undo)``.
+    A step that returns ``Failed`` or ``InDoubt``, or an ``Exception`` raised in the block,
+    aborts the saga: its completed steps that have a compensation are compensated, newest
+    first, and ``SagaFailed`` is raised. An interrupt (a ``BaseException`` that is not an
+    ``Exception``) propagates without a rollback; the saga stays RUNNING and a re-run
+    carries on. Run one saga id in one process at a time.
+
+    Raises:
+        SagaFailed: from ``with`` if the saga was rolled back before (nothing runs), from
+            ``step`` when a step aborts it, and from the block's end when the block raised.
+        KeyConflictError: a re-run takes other steps than the ledger recorded; nothing new
+            runs and nothing is compensated.
+
+    """
+
+    def __init__(self, saga_id: str, store: str | os.PathLike[str] | Store) -> None:
+        """Open the ledger and name the saga; nothing is recorded until ``with`` starts."""
+        self.saga_id = check_key(saga_id, "the saga id")
+        self.saga_id = saga_id
+        self.store = store if isinstance(store, Store) else get_store(store)
+        self._state = SagaState.RUNNING
+        self._recorded: tuple[str, ...] = ()
+        self._next_index = 0
+        self._completed: list[_Completed] = []
+        self._tools: dict[object, SafeTool[..., object]] = {}
+
+    def __enter__(self) -> Self:
+        record = self.store.begin_saga(self.saga_id)
+        if record.state in ROLLED_BACK:
+            raise _failure_from_ledger(self.store, record)
+        self._state, self._recorded = record.state, record.steps
+        return self
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        if exc is None:
+            if self._state is SagaState.COMPENSATING:
+                raise self._roll_back(reason=None)
+            if self._state is SagaState.RUNNING:
+                self.store.move_saga(self.saga_id, SagaState.COMPLETED)
+                self._state = SagaState.COMPLETED
+            return
+        if isinstance(exc, SagaFailed) or not isinstance(exc, Exception):
+            return
+        raise self._roll_back(reason=f"{type(exc).__name__}: {exc}") from exc
+
+    @overload
+    def step(
+        self,
+        fn: SafeTool[..., T],
+        /,
+        *args: object,
+        compensate: Callable[[str, T], object] | None = None,
+        **kwargs: object,
+    ) -> T: ...
+
+    @overload
+    def step(
+        self,
+        fn: Callable[Concatenate[str, ...], T],
+        /,
+        *args: object,
+        compensate: Callable[[str, T], object] | None = None,
+        **kwargs: object,
+    ) -> T: ...
+
+    def step(
+        self,
+        fn: SafeTool[..., object] | Callable[..., object],
+        /,
+        *args: object,
+        compensate: Callable[[str, T], object] | None = None,
+        **kwargs: object,
+    ) -> object:
+        """Run ``fn(step_key, *args, **kwargs)`` as a guarded call and return its value.
+
+        The key is ``{saga_id}:{index}:{name}``; ``fn`` is a plain function taking the key
+        first or a tool made with ``safe``, whose own ``compensate`` is used when
+        ``compensate`` is None. The arguments are not checked by type checkers (a keyword
+        named ``compensate`` cannot reach ``fn``); the return type is.
+
+        Raises:
+            SagaFailed: the step returned ``Failed`` or ``InDoubt``; the saga was rolled back.
+            KeyConflictError: an earlier run of this saga took another step here.
+
+        """
+        index = self._next_index
+        self._next_index += 1
+        tool = self._tool(fn)
+        name = tool.name if isinstance(fn, SafeTool) else getattr(fn, "__name__", tool.name)
+        key = f"{self.saga_id}:{index}:{name}"
+        if self._state is SagaState.COMPLETED and index >= len(self._recorded):
+            raise KeyConflictError(
+                key,
+                f"is not a step of saga {self.saga_id!r}, which completed with "
+                f"{len(self._recorded)} steps",
+            )
+        recorded = self.store.record_saga_step(self.saga_id, index, name, key)
+        if recorded != key:
+            raise KeyConflictError(
+                key,
+                f"is not step {index} of saga {self.saga_id!r}: an earlier run took {recorded!r}",
+            )
+        if self._state is SagaState.COMPENSATING and not _has_run(self.store, key):
+            # The ledger says this saga is being rolled back: finish that, start nothing new.
+            raise self._roll_back(reason=None)
+        outcome: Outcome[object] = tool(key, *args, **kwargs)
+        match outcome:
+            case Succeeded(value=value):
+                undo = compensate if compensate is not None else tool.compensate
+                self._completed.append(_Completed(key, value, undo))
+                return value
+            case Failed(exception=exception):
+                raise self._roll_back(step=key, outcome=outcome) from exception
+            case InDoubt():
+                raise self._roll_back(step=key, outcome=outcome)
+
+    def _tool(self, fn: SafeTool[..., object] | Callable[..., object]) -> SafeTool[..., object]:
+        if isinstance(fn, SafeTool):
+            if fn.store.path.resolve() != self.store.path.resolve():
+                raise ValueError(
+                    f"{fn.name} keeps its ledger in {fn.store.path}, but saga {self.saga_id!r} "
+                    f"keeps its in {self.store.path}: make the tool with safe(saga.store)"
+                )
+            tool: SafeTool[..., object] = fn
+            return tool
+        if fn not in self._tools:
+            self._tools[fn] = SafeTool(fn, self.store)
+        return self._tools[fn]
+
+    def _roll_back(
+        self,
+        *,
+        step: str | None = None,
+        outcome: Failed | InDoubt | None = None,
+        reason: str | None = None,
+    ) -> SagaFailed:
+        """Compensate the completed steps, newest first, and report how it went."""
+        self.store.move_saga(
+            self.saga_id, SagaState.COMPENSATING, aborted_step=step, abort_reason=reason
+        )
+        self._state = SagaState.COMPENSATING
+        report: dict[str, list[str]] = {
+            "compensated": [],
+            "replayed": [],
+            "failed": [],
+            "in_doubt": [],
+            "skipped": [],
+        }
+        for done in reversed(self._completed):
+            if done.compensate is None:
+                report["skipped"].append(done.key)
+                continue
+            match self._tool(done.compensate)(f"{done.key}:compensate", done.value):
+                case Succeeded(replayed=False):
+                    report["compensated"].append(done.key)
+                case Succeeded():
+                    report["replayed"].append(done.key)
+                case Failed():
+                    report["failed"].append(done.key)
+                case InDoubt():
+                    report["in_doubt"].append(done.key)
+        final = (
+            SagaState.ROLLBACK_INCOMPLETE
+            if report["failed"] or report["in_doubt"]
+            else SagaState.COMPENSATED
+        )
+        self.store.move_saga(self.saga_id, final)
+        self._state = final
+        recorded = self.store.get_saga(self.saga_id)
+        return SagaFailed(
+            self.saga_id,
+            step=recorded.aborted_step if recorded else step,
+            outcome=outcome,
+            reason=recorded.abort_reason if recorded else reason,
+            **{name: tuple(keys) for name, keys in report.items()},
+        )
+
+
+def _has_run(store: Store, key: str) -> bool:
+    """Whether a call with ``key`` was ever claimed and not released."""
+    record = store.get(key)
+    return record is not None and record.state is not State.RELEASED
+
+
+def _failure_from_ledger(store: Store, saga: SagaRecord) -> SagaFailed:
+    """Rebuild the report of a saga that was rolled back, from the records of its calls."""
+    report: dict[str, list[str]] = {"replayed": [], "failed": [], "in_doubt": [], "skipped": []}
+    for key in reversed(saga.steps):
+        step = store.get(key)
+        if step is None or step.state is not State.SUCCEEDED:
+            continue
+        compensation = store.get(f"{key}:compensate")
+        if compensation is None:
+            report["skipped"].append(key)
+        elif compensation.state is State.SUCCEEDED:
+            report["replayed"].append(key)
+        elif compensation.state is State.FAILED:
+            report["failed"].append(key)
+        else:
+            report["in_doubt"].append(key)
+    return SagaFailed(
+        saga.saga_id,
+        step=saga.aborted_step,
+        outcome=_stored_outcome(store, saga.aborted_step),
+        reason=saga.abort_reason,
+        **{name: tuple(keys) for name, keys in report.items()},
+    )
+
+
+def _stored_outcome(store: Store, key: str | None) -> Failed | InDoubt | None:
+    record = None if key is None else store.get(key)
+    if record is None:
+        return None
+    if record.state is State.FAILED:
+        return Failed(
+            record.key,
+            record.tool,
+            record.error_type or "",
+            record.error_message or "",
+            replayed=True,
+        )
+    return InDoubt(record.key, record.tool, record.attempted_at, record.args_hash)
