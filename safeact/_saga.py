@@ -138,6 +138,7 @@ class Saga:
         self._next_index = 0
         self._completed: list[_Completed] = []
         self._tools: dict[object, SafeTool[..., object]] = {}
+        self._refusal: BaseException | None = None
 
     def __enter__(self) -> Self:
         record = self.store.begin_saga(self.saga_id)
@@ -159,8 +160,8 @@ class Saga:
                 self.store.move_saga(self.saga_id, SagaState.COMPLETED)
                 self._state = SagaState.COMPLETED
             return
-        if isinstance(exc, SagaFailed) or not isinstance(exc, Exception):
-            return
+        if exc is self._refusal or isinstance(exc, SagaFailed) or not isinstance(exc, Exception):
+            return  # misuse refused by step() undoes nothing; an interrupt is not a rollback
         raise self._roll_back(reason=f"{type(exc).__name__}: {exc}") from exc
 
     @overload
@@ -200,9 +201,26 @@ class Saga:
 
         Raises:
             SagaFailed: the step returned ``Failed`` or ``InDoubt``; the saga was rolled back.
-            KeyConflictError: an earlier run of this saga took another step here.
+            KeyConflictError: an earlier run of this saga took another step here, or the
+                step's arguments differ from that run's. Nothing runs or is compensated.
+            TypeError, ValueError, StoreError: as for a guarded call; nothing is compensated.
 
         """
+        try:
+            return self._step(fn, args, kwargs, compensate)
+        except SagaFailed:
+            raise
+        except Exception as exc:
+            self._refusal = exc
+            raise
+
+    def _step(
+        self,
+        fn: SafeTool[..., object] | Callable[..., object],
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
+        compensate: Compensation | None,
+    ) -> object:
         index = self._next_index
         self._next_index += 1
         tool = self._tool(fn)

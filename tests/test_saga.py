@@ -1,0 +1,267 @@
+"""Sagas in one process: reverse compensation, once each, replays, conflicts, the report."""
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from safeact import (
+    Failed,
+    InDoubt,
+    KeyConflictError,
+    Saga,
+    SagaFailed,
+    SagaState,
+    State,
+    Store,
+    get_store,
+    safe,
+)
+
+
+class Bank:
+    """Fake back ends that log every real action, in order."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+        self.failing: set[str] = set()
+
+    def act(self, what: str) -> Callable[[str, int], int]:
+        def action(key: str, amount: int) -> int:
+            self.log.append(f"{what} {key}")
+            if what in self.failing:
+                raise RuntimeError(f"{what} is down")
+            return amount
+
+        action.__name__ = action.__qualname__ = what
+        return action
+
+    def undo(self, what: str) -> Callable[[str, int], None]:
+        def compensation(key: str, value: int) -> None:
+            self.log.append(f"undo {what} {key} {value}")
+            if f"undo {what}" in self.failing:
+                raise RuntimeError(f"cannot undo {what}")
+
+        compensation.__name__ = compensation.__qualname__ = f"undo_{what}"
+        return compensation
+
+
+def refund(store: Store, bank: Bank, saga_id: str = "refund-8842") -> list[int]:
+    """Charge, send a receipt, write the ledger: the first two can be undone."""
+    with Saga(saga_id, store) as saga:
+        return [
+            saga.step(bank.act("charge"), 50, compensate=bank.undo("charge")),
+            saga.step(bank.act("send"), 1, compensate=bank.undo("send")),
+            saga.step(bank.act("note"), 2),
+            saga.step(bank.act("ledger"), 3),
+        ]
+
+
+def test_completed_saga_returns_step_values_and_replays_them(store: Store) -> None:
+    """A saga that completes returns its steps' values; a re-run replays them, running nothing."""
+    bank = Bank()
+    assert refund(store, bank) == [50, 1, 2, 3]
+    assert refund(store, bank) == [50, 1, 2, 3]
+    assert bank.log == [
+        "charge refund-8842:0:charge",
+        "send refund-8842:1:send",
+        "note refund-8842:2:note",
+        "ledger refund-8842:3:ledger",
+    ]
+    saga = store.get_saga("refund-8842")
+    assert saga is not None
+    assert saga.state is SagaState.COMPLETED
+    assert saga.steps == tuple(line.split()[1] for line in bank.log)
+
+
+def test_failing_step_compensates_completed_steps_newest_first(store: Store) -> None:
+    """A failed step undoes the completed steps in reverse, skipping those without undo."""
+    bank = Bank()
+    bank.failing.add("ledger")
+    with pytest.raises(SagaFailed) as caught:
+        refund(store, bank)
+    assert bank.log[4:] == [
+        "undo send refund-8842:1:send:compensate 1",
+        "undo charge refund-8842:0:charge:compensate 50",
+    ]
+    failure = caught.value
+    assert isinstance(failure.__cause__, RuntimeError)
+    assert (failure.step, failure.reason) == ("refund-8842:3:ledger", None)
+    assert isinstance(failure.outcome, Failed)
+    assert failure.outcome.message == "ledger is down"
+    assert failure.compensated == ("refund-8842:1:send", "refund-8842:0:charge")
+    assert failure.skipped == ("refund-8842:2:note",)
+    assert (failure.replayed, failure.failed, failure.in_doubt) == ((), (), ())
+    assert failure.fully_rolled_back
+    saga = store.get_saga("refund-8842")
+    assert saga is not None
+    assert (saga.state, saga.aborted_step) == (SagaState.COMPENSATED, "refund-8842:3:ledger")
+    compensation = store.get("refund-8842:0:charge:compensate")
+    assert compensation is not None
+    assert compensation.state is State.SUCCEEDED
+
+
+def test_rolled_back_saga_raises_again_and_runs_nothing(store: Store) -> None:
+    """Re-running a rolled-back saga raises SagaFailed at once; no step or undo runs again."""
+    bank = Bank()
+    bank.failing.add("ledger")
+    with pytest.raises(SagaFailed):
+        refund(store, bank)
+    ran = list(bank.log)
+    bank.failing.clear()
+    with pytest.raises(SagaFailed) as caught:
+        refund(store, bank)
+    assert bank.log == ran
+    failure = caught.value
+    assert failure.replayed == ("refund-8842:1:send", "refund-8842:0:charge")
+    assert failure.compensated == ()
+    assert failure.step == "refund-8842:3:ledger"
+    assert isinstance(failure.outcome, Failed)
+
+
+def test_exception_in_the_block_aborts_and_chains(store: Store) -> None:
+    """An exception raised in the block rolls the saga back; SagaFailed is chained from it."""
+    bank = Bank()
+    error = ValueError("the agent changed its mind")
+    with pytest.raises(SagaFailed) as caught, Saga("s", store) as saga:
+        saga.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
+        raise error
+    assert caught.value.__cause__ is error
+    assert caught.value.reason == "ValueError: the agent changed its mind"
+    assert caught.value.step is None
+    assert bank.log == ["charge s:0:charge", "undo charge s:0:charge:compensate 50"]
+
+
+def test_in_doubt_step_is_not_compensated(store: Store) -> None:
+    """A step left in doubt aborts the saga; it is reported, and only older steps are undone."""
+    bank = Bank()
+
+    def interrupted(key: str, amount: int) -> int:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt), Saga("s", store) as saga:
+        saga.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
+        saga.step(interrupted, 1, compensate=bank.undo("interrupted"))
+    saga_record = store.get_saga("s")
+    assert saga_record is not None
+    assert saga_record.state is SagaState.RUNNING  # an interrupt is not a rollback
+
+    with pytest.raises(SagaFailed) as caught, Saga("s", store) as saga:
+        saga.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
+        saga.step(interrupted, 1, compensate=bank.undo("interrupted"))
+    assert isinstance(caught.value.outcome, InDoubt)
+    assert caught.value.step == "s:1:interrupted"
+    assert caught.value.compensated == ("s:0:charge",)
+    assert bank.log == ["charge s:0:charge", "undo charge s:0:charge:compensate 50"]
+
+
+def test_failed_compensation_does_not_stop_the_rollback(store: Store) -> None:
+    """An undo that fails is reported; older steps are still undone; the saga is incomplete."""
+    bank = Bank()
+    bank.failing |= {"ledger", "undo send"}
+    with pytest.raises(SagaFailed) as caught:
+        refund(store, bank)
+    failure = caught.value
+    assert failure.failed == ("refund-8842:1:send",)
+    assert failure.compensated == ("refund-8842:0:charge",)
+    assert not failure.fully_rolled_back
+    assert "NOT fully rolled back" in str(failure)
+    saga = store.get_saga("refund-8842")
+    assert saga is not None
+    assert saga.state is SagaState.ROLLBACK_INCOMPLETE
+    bank.failing.clear()
+    with pytest.raises(SagaFailed) as again:
+        refund(store, bank)
+    assert again.value.failed == ("refund-8842:1:send",)
+    assert bank.log.count("undo send refund-8842:1:send:compensate 1") == 1
+
+
+def test_tool_compensation_is_used_unless_the_step_gives_one(store: Store) -> None:
+    """safe(store, compensate=...) undoes a tool's step; a step's compensate= takes precedence."""
+    bank = Bank()
+
+    @safe(store, compensate=bank.undo("tool_default"))
+    def book(key: str, amount: int) -> int:
+        bank.log.append(f"book {key}")
+        return amount
+
+    with pytest.raises(SagaFailed), Saga("s", store) as saga:
+        saga.step(book, 1)
+        saga.step(book, 2, compensate=bank.undo("override"))
+        raise RuntimeError
+    name = book.name
+    assert bank.log[2:] == [
+        f"undo override s:1:{name}:compensate 2",
+        f"undo tool_default s:0:{name}:compensate 1",
+    ]
+
+
+def test_other_step_name_on_rerun_conflicts_before_anything_runs(store: Store) -> None:
+    """A re-run whose step at some index has another name raises KeyConflictError; no undo runs."""
+    bank = Bank()
+    with Saga("s", store) as saga:
+        saga.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
+    with (
+        pytest.raises(KeyConflictError, match="an earlier run took 's:0:charge'"),
+        Saga("s", store) as saga,
+    ):
+        saga.step(bank.act("refund"), 50, compensate=bank.undo("refund"))
+    assert bank.log == ["charge s:0:charge"]
+    saga_record = store.get_saga("s")
+    assert saga_record is not None
+    assert saga_record.state is SagaState.COMPLETED
+
+
+def test_other_arguments_on_rerun_conflict(store: Store) -> None:
+    """A re-run whose step has other arguments raises KeyConflictError and compensates nothing."""
+    bank = Bank()
+    with pytest.raises(KeyboardInterrupt), Saga("s", store) as saga:
+        saga.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
+        saga.step(bank.act("send"), 1)
+        raise KeyboardInterrupt  # stops the saga without a rollback
+    with pytest.raises(KeyConflictError, match="other arguments"), Saga("s", store) as saga:
+        saga.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
+        saga.step(bank.act("send"), 2)
+    assert bank.log == ["charge s:0:charge", "send s:1:send"]
+
+
+def test_completed_saga_refuses_an_extra_step(store: Store) -> None:
+    """A completed saga re-run with one more step raises KeyConflictError; the step never runs."""
+    bank = Bank()
+    with Saga("s", store) as saga:
+        saga.step(bank.act("charge"), 50)
+    with pytest.raises(KeyConflictError, match="completed with 1 steps"), Saga("s", store) as saga:
+        saga.step(bank.act("charge"), 50)
+        saga.step(bank.act("send"), 1)
+    assert bank.log == ["charge s:0:charge"]
+
+
+def test_list_sagas_puts_stuck_rollbacks_first(store: Store) -> None:
+    """list_sagas shows sagas mid-rollback before the others, and filters by state."""
+    bank = Bank()
+    with Saga("done", store) as saga:
+        saga.step(bank.act("charge"), 1)
+    store.begin_saga("stuck")
+    store.move_saga("stuck", SagaState.COMPENSATING, abort_reason="RuntimeError: x")
+    assert [s.saga_id for s in store.list_sagas()] == ["stuck", "done"]
+    assert [s.saga_id for s in store.list_sagas(SagaState.COMPLETED)] == ["done"]
+
+
+def test_tool_of_another_ledger_is_refused(tmp_path: Path, store: Store) -> None:
+    """A tool whose ledger is not the saga's is a ValueError before anything runs."""
+    with get_store(tmp_path / "other.db") as other:
+
+        @safe(other)
+        def act(key: str) -> int:
+            return 1
+
+        with pytest.raises(ValueError, match="make the tool with safe"), Saga("s", store) as s:
+            s.step(act)
+
+
+def test_saga_id_must_be_a_non_empty_string(store: Store) -> None:
+    """A saga id that is not a non-empty str is refused."""
+    with pytest.raises(ValueError, match="saga id"):
+        Saga("", store)
+    with pytest.raises(TypeError, match="saga id"):
+        Saga(7, store)  # type: ignore[arg-type] # the misuse under test
