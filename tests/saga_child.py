@@ -17,7 +17,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from safeact import Saga, SagaFailed, get_store
+from safeact import Saga, SagaFailed, Store, get_store
 from safeact._protocol import Checkpoint, checkpoint_hook
 from tests.actions import record_effect
 
@@ -30,10 +30,28 @@ def main() -> None:
     parser.add_argument("--fail", default="")
     parser.add_argument("--kill-at", default="")
     options = parser.parse_args()
+    point, _, nth = options.kill_at.partition(":")
+    reached: Counter[str] = Counter()
 
+    def kill_at(name: Checkpoint) -> None:
+        reached[name] += 1
+        if name == point and reached[name] == int(nth):
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    store = get_store(options.ledger)
+    try:
+        with checkpoint_hook(kill_at):
+            values = refund(store, options.saga_id, options.effects, options.fail)
+    except SagaFailed as failure:
+        print(json.dumps(describe(failure)), flush=True)
+    else:
+        print(json.dumps({"result": "completed", "values": values}), flush=True)
+
+
+def refund(store: Store, saga_id: str, effects: Path, fail: str) -> list[object]:
     def effect(key: str, what: str) -> None:
-        record_effect(options.effects, key)
-        if what == options.fail:
+        record_effect(effects, key)
+        if what == fail:
             raise RuntimeError(f"{what} is down")
 
     def charge(key: str, amount: int) -> int:
@@ -53,36 +71,25 @@ def main() -> None:
     def ledger(key: str, entry: str) -> None:
         effect(key, "ledger")
 
-    point, _, nth = options.kill_at.partition(":")
-    reached: Counter[str] = Counter()
+    with Saga(saga_id, store) as saga:
+        return [
+            saga.step(charge, 50, compensate=reverse_charge),
+            saga.step(send, "a@example.com", compensate=send_correction),
+            saga.step(ledger, "refund 50"),
+        ]
 
-    def kill_at(name: Checkpoint) -> None:
-        reached[name] += 1
-        if name == point and reached[name] == int(nth):
-            os.kill(os.getpid(), signal.SIGKILL)
 
-    store = get_store(options.ledger)
-    try:
-        with checkpoint_hook(kill_at), Saga(options.saga_id, store) as saga:
-            values = [
-                saga.step(charge, 50, compensate=reverse_charge),
-                saga.step(send, "a@example.com", compensate=send_correction),
-                saga.step(ledger, "refund 50"),
-            ]
-    except SagaFailed as failure:
-        report: dict[str, object] = {
-            "result": "failed",
-            "step": failure.step,
-            "outcome": type(failure.outcome).__name__,
-            "compensated": list(failure.compensated),
-            "replayed": list(failure.replayed),
-            "failed": list(failure.failed),
-            "in_doubt": list(failure.in_doubt),
-            "skipped": list(failure.skipped),
-        }
-    else:
-        report = {"result": "completed", "values": values}
-    print(json.dumps(report), flush=True)
+def describe(failure: SagaFailed) -> dict[str, object]:
+    return {
+        "result": "failed",
+        "step": failure.step,
+        "outcome": type(failure.outcome).__name__,
+        "compensated": list(failure.compensated),
+        "replayed": list(failure.replayed),
+        "failed": list(failure.failed),
+        "in_doubt": list(failure.in_doubt),
+        "skipped": list(failure.skipped),
+    }
 
 
 if __name__ == "__main__":

@@ -17,8 +17,14 @@ UNDO_CHARGE, UNDO_SEND = f"{CHARGE}:compensate", f"{SEND}:compensate"
 
 def run(tmp_path: Path, *options: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
-        [sys.executable, str(CHILD), str(tmp_path / "agent.db"), str(tmp_path / "effects"), SAGA]
-        + list(options),
+        [
+            sys.executable,
+            str(CHILD),
+            str(tmp_path / "agent.db"),
+            str(tmp_path / "effects"),
+            SAGA,
+            *options,
+        ],
         capture_output=True,
         text=True,
         check=False,
