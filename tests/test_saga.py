@@ -17,6 +17,7 @@ from safeact import (
     get_store,
     safe,
 )
+from safeact._protocol import Checkpoint, checkpoint_hook
 
 
 class Bank:
@@ -265,3 +266,37 @@ def test_saga_id_must_be_a_non_empty_string(store: Store) -> None:
         Saga("", store)
     with pytest.raises(TypeError, match="saga id"):
         Saga(7, store)  # type: ignore[arg-type] # the misuse under test
+
+
+class Crash(BaseException):
+    """The process dies here."""
+
+
+def test_rollback_cut_short_is_finished_even_if_the_block_changed(store: Store) -> None:
+    """A saga stuck mid-rollback finishes it on re-run and starts no new step."""
+    bank = Bank()
+
+    def die_before_second_undo(point: Checkpoint) -> None:
+        if point == "before_claim" and bank.log and bank.log[-1].startswith("undo send"):
+            raise Crash
+
+    with pytest.raises(Crash), checkpoint_hook(die_before_second_undo), Saga("s", store) as saga:
+        saga.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
+        saga.step(bank.act("send"), 1, compensate=bank.undo("send"))
+        raise RuntimeError("abort")
+    stuck = store.get_saga("s")
+    assert stuck is not None
+    assert (stuck.state, stuck.abort_reason) == (SagaState.COMPENSATING, "RuntimeError: abort")
+
+    with pytest.raises(SagaFailed) as caught, Saga("s", store) as saga:
+        saga.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
+        saga.step(bank.act("send"), 1, compensate=bank.undo("send"))
+        saga.step(bank.act("new"), 2)
+    assert bank.log == [
+        "charge s:0:charge",
+        "send s:1:send",
+        "undo send s:1:send:compensate 1",
+        "undo charge s:0:charge:compensate 50",
+    ]
+    assert (caught.value.compensated, caught.value.replayed) == (("s:0:charge",), ("s:1:send",))
+    assert caught.value.reason == "RuntimeError: abort"

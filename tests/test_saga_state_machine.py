@@ -1,0 +1,123 @@
+"""Sagas under random failures and in-process crashes during progress and rollback."""
+
+import shutil
+import tempfile
+from collections import Counter
+from pathlib import Path
+from typing import get_args
+
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
+from safeact import Saga, SagaFailed, SagaState, State, get_store
+from safeact._protocol import Checkpoint, checkpoint_hook
+
+SAGAS = st.sampled_from(["s0", "s1", "s2"])
+STEPS = 3
+UNDONE = (0, 1)  # steps that have a compensation
+
+
+class Crash(BaseException):
+    """The process dies here."""
+
+
+class SagaMachine(RuleBasedStateMachine):
+    def __init__(self) -> None:
+        super().__init__()
+        self.directory = Path(tempfile.mkdtemp())
+        self.store = get_store(self.directory / "agent.db")
+        self.runs: Counter[str] = Counter()  # every real action, by key; outside the store
+        self.plans: dict[str, tuple[int | None, int | None]] = {}
+
+    def teardown(self) -> None:
+        self.store.close()
+        shutil.rmtree(self.directory)
+
+    def run_saga(self, saga_id: str) -> list[int]:
+        failing_step, failing_undo = self.plans[saga_id]
+
+        def act(key: str, index: int) -> int:
+            self.runs[key] += 1
+            if index == failing_step:
+                raise RuntimeError(f"step {index} fails")
+            return index
+
+        def undo(key: str, value: int) -> None:
+            self.runs[key] += 1
+            if value == failing_undo:
+                raise RuntimeError(f"undo {value} fails")
+
+        with Saga(saga_id, self.store) as saga:
+            return [
+                saga.step(act, index, compensate=undo if index in UNDONE else None)
+                for index in range(STEPS)
+            ]
+
+    @rule(
+        saga_id=SAGAS,
+        failing_step=st.none() | st.integers(0, STEPS - 1),
+        failing_undo=st.none() | st.sampled_from(UNDONE),
+        point=st.sampled_from(get_args(Checkpoint)),
+        nth=st.integers(1, 2 * STEPS + 1),
+        crash=st.booleans(),
+    )
+    def run(  # noqa: PLR0913, PLR0917 - one argument per random choice
+        self,
+        saga_id: str,
+        failing_step: int | None,
+        failing_undo: int | None,
+        point: Checkpoint,
+        nth: int,
+        crash: bool,
+    ) -> None:
+        """Run a saga (its plan is fixed at first use), maybe dying at the nth checkpoint."""
+        self.plans.setdefault(saga_id, (failing_step, failing_undo))
+        reached: Counter[str] = Counter()
+
+        def die(name: Checkpoint) -> None:
+            reached[name] += 1
+            if crash and name == point and reached[name] == nth:
+                raise Crash
+
+        ended: object
+        try:
+            with checkpoint_hook(die):
+                ended = self.run_saga(saga_id)
+        except Crash:
+            self.store.close()
+            self.store = get_store(self.directory / "agent.db")
+            return
+        except SagaFailed as failure:
+            ended = failure.saga_id
+        assert ended in (list(range(STEPS)), saga_id)
+
+    @invariant()
+    def every_action_ran_at_most_once(self) -> None:
+        assert all(count == 1 for count in self.runs.values()), self.runs
+
+    @invariant()
+    def finished_sagas_did_what_they_say(self) -> None:
+        for saga_id in self.plans:
+            saga = self.store.get_saga(saga_id)
+            if saga is None:
+                continue
+            succeeded = []
+            for key in saga.steps:
+                record = self.store.get(key)
+                if record is not None and record.state is State.SUCCEEDED:
+                    succeeded.append(key)
+            undone = [key for key in succeeded if int(key.split(":")[1]) in UNDONE]
+            if saga.state is SagaState.COMPLETED:
+                assert len(succeeded) == STEPS
+                assert not any(self.runs[f"{key}:compensate"] for key in succeeded)
+            if saga.state is SagaState.COMPENSATED:
+                assert all(self.runs[f"{key}:compensate"] == 1 for key in undone)
+            if saga.state is SagaState.ROLLBACK_INCOMPLETE:
+                assert all(self.runs[f"{key}:compensate"] <= 1 for key in undone)
+
+
+SagaMachine.TestCase.settings = settings(
+    settings(), max_examples=max(settings().max_examples, 100), stateful_step_count=20
+)
+test_saga_state_machine = SagaMachine.TestCase
