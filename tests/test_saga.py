@@ -300,3 +300,18 @@ def test_rollback_cut_short_is_finished_even_if_the_block_changed(store: Store) 
     ]
     assert (caught.value.compensated, caught.value.replayed) == (("s:0:charge",), ("s:1:send",))
     assert caught.value.reason == "RuntimeError: abort"
+
+
+def test_block_of_a_rolled_back_saga_does_not_run(store: Store) -> None:
+    """Entering a rolled-back saga raises SagaFailed before the block: no new step can run."""
+    bank = Bank()
+    with pytest.raises(SagaFailed), Saga("s", store) as saga:
+        saga.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
+        raise RuntimeError("abort")
+    entered: list[str] = []
+    with pytest.raises(SagaFailed) as caught, Saga("s", store) as saga:
+        entered.append("block")
+        saga.step(bank.act("other"), 1)
+    assert entered == []
+    assert caught.value.replayed == ("s:0:charge",)
+    assert caught.value.reason == "RuntimeError: abort"
