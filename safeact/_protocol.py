@@ -36,7 +36,6 @@ if TYPE_CHECKING:
 
 __all__ = [
     "JSON",
-    "ROLLED_BACK",
     "Checkpoint",
     "Doubt",
     "Record",
@@ -170,6 +169,8 @@ class SagaState(enum.Enum):
     ``RUNNING`` → ``COMPLETED``, or ``RUNNING`` → ``COMPENSATING`` → ``COMPENSATED`` (every
     compensation succeeded) or ``ROLLBACK_INCOMPLETE`` (some failed or are in doubt). A saga
     found COMPENSATING was cut short mid-rollback: re-running its code finishes the rollback.
+    Re-running a ROLLBACK_INCOMPLETE saga takes its rollback up again, for compensations an
+    operator has released since; a COMPENSATED saga raises ``SagaFailed`` and runs nothing.
     """
 
     RUNNING = "running"
@@ -177,10 +178,6 @@ class SagaState(enum.Enum):
     COMPENSATING = "compensating"
     COMPENSATED = "compensated"
     ROLLBACK_INCOMPLETE = "rollback_incomplete"
-
-
-ROLLED_BACK = frozenset({SagaState.COMPENSATED, SagaState.ROLLBACK_INCOMPLETE})
-"""Final states of a saga that was aborted: a re-run raises ``SagaFailed`` and runs nothing."""
 
 
 @attrs.frozen(kw_only=True)

@@ -18,7 +18,7 @@ import attrs
 from safeact._keys import check_key
 from safeact._ledger import Store, get_store
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
-from safeact._protocol import ROLLED_BACK, SagaRecord, SagaState, State
+from safeact._protocol import SagaRecord, SagaState, State
 from safeact._tool import Compensation, SafeTool
 from safeact.exceptions import KeyConflictError, SafeError
 
@@ -116,12 +116,14 @@ class Saga:
     Use as ``with Saga(saga_id, store) as s: value = s.step(fn, *args, compensate=undo)``.
     A step that returns ``Failed`` or ``InDoubt``, or an ``Exception`` raised in the block,
     aborts the saga: its completed steps that have a compensation are compensated, newest
-    first, and ``SagaFailed`` is raised. An interrupt (a ``BaseException`` that is not an
+    first, and ``SagaFailed`` is raised. Re-running a saga whose rollback was incomplete
+    takes the rollback up again (a compensation an operator released then runs). An
+    interrupt (a ``BaseException`` that is not an
     ``Exception``) propagates without a rollback; the saga stays RUNNING and a re-run
     carries on. Run one saga id in one process at a time.
 
     Raises:
-        SagaFailed: from ``with`` if the saga was rolled back before (nothing runs), from
+        SagaFailed: from ``with`` if the saga was fully rolled back before (nothing runs), from
             ``step`` when a step aborts it, and from the block's end when the block raised.
         KeyConflictError: a re-run takes other steps than the ledger recorded; nothing new
             runs and nothing is compensated.
@@ -142,9 +144,16 @@ class Saga:
 
     def __enter__(self) -> Self:
         record = self.store.begin_saga(self.saga_id)
-        if record.state in ROLLED_BACK:
+        if record.state is SagaState.COMPENSATED:
             raise _failure_from_ledger(self.store, record)
-        self._state, self._recorded = record.state, record.steps
+        # An incomplete rollback is taken up again: compensations an operator has released
+        # since then run; those done replay; failed and in-doubt ones stay as they are.
+        self._state = (
+            SagaState.COMPENSATING
+            if record.state is SagaState.ROLLBACK_INCOMPLETE
+            else record.state
+        )
+        self._recorded = record.steps
         return self
 
     def __exit__(

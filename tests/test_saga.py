@@ -315,3 +315,39 @@ def test_block_of_a_rolled_back_saga_does_not_run(store: Store) -> None:
     assert entered == []
     assert caught.value.replayed == ("s:0:charge",)
     assert caught.value.reason == "RuntimeError: abort"
+
+
+def test_released_compensation_runs_when_the_saga_is_run_again(store: Store) -> None:
+    """An in-doubt undo, resolved as not happened, runs on the next re-run; then all is done."""
+    bank = Bank()
+
+    def flaky_undo(key: str, value: int) -> None:
+        bank.log.append(f"undo send {key}")
+        if bank.log.count(f"undo send {key}") == 1:
+            raise KeyboardInterrupt  # dies inside the undo: in doubt
+
+    def run() -> None:
+        with Saga("s", store) as saga:
+            saga.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
+            saga.step(bank.act("send"), 1, compensate=flaky_undo)
+            raise RuntimeError("abort")
+
+    with pytest.raises(KeyboardInterrupt):
+        run()
+    with pytest.raises(SagaFailed) as first:
+        run()
+    assert (first.value.in_doubt, first.value.compensated) == (("s:1:send",), ("s:0:charge",))
+    store.resolve("s:1:send:compensate", happened=False)
+    with pytest.raises(SagaFailed) as second:
+        run()
+    assert (second.value.compensated, second.value.replayed) == (("s:1:send",), ("s:0:charge",))
+    assert second.value.fully_rolled_back
+    with pytest.raises(SagaFailed):
+        run()
+    assert bank.log == [
+        "charge s:0:charge",
+        "send s:1:send",
+        "undo send s:1:send:compensate",
+        "undo charge s:0:charge:compensate 50",
+        "undo send s:1:send:compensate",
+    ]
