@@ -25,6 +25,7 @@ def main() -> None:
         sys.exit("safeact needs Python 3.11 or newer")
     commands = {
         "demo": demo,
+        "refund-demo": refund_demo,
         "test": test,
         "check": check,
         "artifact": artifact,
@@ -68,6 +69,11 @@ def dev_python() -> Path:
 def demo(_: list[str]) -> None:
     """Run the scripted agent loop, which crashes itself, restarts and resolves."""
     run(dev_python(), ROOT / "examples" / "agent_loop.py")
+
+
+def refund_demo(_: list[str]) -> None:
+    """Run the refund saga, which fails, rolls back, dies mid-rollback and finishes later."""
+    run(dev_python(), ROOT / "examples" / "refund_agent.py")
 
 
 def test(arguments: list[str]) -> None:

@@ -18,3 +18,21 @@ def test_demo_crashes_resolves_and_pays_each_refund_once() -> None:
     assert lines[-1] == (
         "bank: 3 payments for 3 keys: refund-1001 $50, refund-1002 $20, refund-1003 $75"
     )
+
+
+REFUND = DEMO.with_name("refund_agent.py")
+
+
+def test_refund_demo_rolls_back_across_a_crash_once_per_key() -> None:
+    """The saga demo dies mid-rollback, resumes, resolves, and every back end acts once."""
+    result = subprocess.run(
+        [sys.executable, str(REFUND)], capture_output=True, text=True, check=True, timeout=120
+    )
+    lines = result.stdout.splitlines()
+    assert "  the agent was killed (SIGKILL)" in lines
+    assert "  ledger: saga refund-8842 is compensating; stuck mid-rollback: 1" in lines
+    assert lines[-2] == "  ledger: saga refund-8842 is compensated; stuck mid-rollback: 0"
+    assert lines[-1] == (
+        "back ends acted 4 times, once per key: payments refund 5000 cents; "
+        "email receipt to a@b.com; email correction to a@b.com; payments reverse re_5000"
+    )
