@@ -8,9 +8,10 @@ from typing import TYPE_CHECKING
 
 from safeact._ledger import Store, get_store
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
-from safeact._protocol import Record, SagaRecord, SagaState, State
+from safeact._owner import Owner
+from safeact._protocol import DoubtReason, Record, SagaRecord, SagaState, State
 from safeact._saga import Saga, SagaFailed
-from safeact._tool import SafeTool, raise_on_doubt, safe
+from safeact._tool import AsyncSafeTool, SafeTool, raise_on_doubt, safe
 from safeact.exceptions import (
     FailedCallError,
     InDoubtError,
@@ -20,12 +21,15 @@ from safeact.exceptions import (
 )
 
 __all__ = [
+    "AsyncSafeTool",
+    "DoubtReason",
     "Failed",
     "FailedCallError",
     "InDoubt",
     "InDoubtError",
     "KeyConflictError",
     "Outcome",
+    "Owner",
     "Record",
     "SafeError",
     "SafeTool",

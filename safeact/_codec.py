@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import collections.abc
 import decimal
-import inspect
 import json
 import typing
 import uuid
@@ -79,11 +78,6 @@ def check_return_type(fn: Callable[..., object], tool: str) -> object:
             a bare TypeVar), an awaitable or iterator, or a type cattrs cannot rebuild.
 
     """
-    if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
-        raise TypeError(
-            f"{tool} is async; safeact guards synchronous functions for now. "
-            "Call the coroutine from a synchronous tool, or wait for async support"
-        )
     try:
         hints = typing.get_type_hints(fn)
     except (NameError, TypeError) as exc:

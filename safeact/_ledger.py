@@ -4,17 +4,29 @@ from __future__ import annotations
 
 import contextlib
 import json
+import logging
 import os
 import sqlite3
 import threading
 import time
 import weakref
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Self, TypeAlias
 
+import attrs
+
 from safeact._codec import encode_untyped
-from safeact._protocol import UNSETTLED, Record, SagaRecord, SagaState, State, check_resolvable
+from safeact._owner import Owner, is_gone, this_process
+from safeact._protocol import (
+    UNSETTLED,
+    DoubtReason,
+    Record,
+    SagaRecord,
+    SagaState,
+    State,
+    check_resolvable,
+)
 from safeact.exceptions import SafeError, StoreError
 
 if TYPE_CHECKING:
@@ -24,6 +36,8 @@ if TYPE_CHECKING:
     from safeact._protocol import JSON
 
 __all__ = ["Store", "get_store", "utc_now"]
+
+logger = logging.getLogger("safeact")
 
 APPLICATION_ID = 0x53414654  # "SAFT": marks a file as a safeact ledger
 SCHEMA_VERSION = 1
@@ -45,7 +59,24 @@ _SCHEMA = (
         result         TEXT,
         error_type     TEXT,
         error_message  TEXT,
+        owner_host     TEXT NOT NULL,
+        owner_boot     TEXT NOT NULL,
+        owner_pid      INTEGER NOT NULL,
+        owner_started  INTEGER NOT NULL,
+        lease_until    TEXT NOT NULL,
+        doubt_reason   TEXT,
         schema_version INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TABLE late_completions (
+        key            TEXT NOT NULL,
+        attempt_id     TEXT NOT NULL,
+        state          TEXT NOT NULL,
+        result         TEXT,
+        error_type     TEXT,
+        error_message  TEXT,
+        finished_at    TEXT NOT NULL,
+        schema_version INTEGER NOT NULL,
+        PRIMARY KEY (key, attempt_id)
     ) WITHOUT ROWID""",
     (f"CREATE INDEX calls_unsettled ON calls (attempted_at) WHERE state IN ({_UNSETTLED_SQL})"),
     f"""CREATE TABLE sagas (
@@ -71,9 +102,11 @@ _SCHEMA = (
 )
 
 _COLUMNS = (
-    "key, tool, state, args_hash, attempt_id, attempted_at, finished_at, result, "
-    "error_type, error_message"
+    "key, tool, state, args_hash, attempt_id, attempted_at, owner_host, owner_boot, owner_pid, "
+    "owner_started, lease_until, finished_at, result, error_type, error_message, doubt_reason"
 )
+LEASE = 30.0
+"""Default seconds an owner's claim stays alive without a heartbeat."""
 
 
 _NO_RESULT: object = object()
@@ -88,8 +121,17 @@ def _time(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(UTC).isoformat(timespec="microseconds")
 
 
-def get_store(path: str | os.PathLike[str], *, fsync_attempts: bool = True) -> Store:
+def get_store(
+    path: str | os.PathLike[str],
+    *,
+    fsync_attempts: bool = True,
+    lease: float = LEASE,
+    heartbeat: float | None = None,
+    host: str | None = None,
+) -> Store:
     """Open the ledger at ``path``, creating it (readable by its owner only) if it is missing.
+
+    See ``Store`` for the settings.
 
     Raises:
         StoreError: the file cannot be created or opened, is not a SQLite database, is
@@ -97,7 +139,7 @@ def get_store(path: str | os.PathLike[str], *, fsync_attempts: bool = True) -> S
             The file is left as it was.
 
     """
-    return Store(path, fsync_attempts=fsync_attempts)
+    return Store(path, fsync_attempts=fsync_attempts, lease=lease, heartbeat=heartbeat, host=host)
 
 
 class Store:
@@ -109,12 +151,41 @@ class Store:
     ``fsync_attempts=False`` stops syncing the ATTEMPTING record to disk before the action
     runs: it then survives a process crash but not an OS crash or power loss, after which
     the action can run a second time.
+
+    ``lease`` is how many seconds an attempt's claim stays alive without news from its
+    owner; a heartbeat renews it every ``heartbeat`` seconds (a third of the lease by
+    default) while the action runs. ``host`` names this machine in owner records (the
+    hostname by default); processes on one machine must agree on it.
+
+    Raises:
+        ValueError: the lease is not positive, or the heartbeat not shorter than the lease.
+
     """
 
-    def __init__(self, path: str | os.PathLike[str], *, fsync_attempts: bool = True) -> None:
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        fsync_attempts: bool = True,
+        lease: float = LEASE,
+        heartbeat: float | None = None,
+        host: str | None = None,
+    ) -> None:
         """Open (or create) the ledger; see ``get_store``."""
+        heartbeat = lease / 3 if heartbeat is None else heartbeat
+        if not 0 < heartbeat < lease:
+            raise ValueError(
+                f"need 0 < heartbeat < lease, got heartbeat={heartbeat} and lease={lease}: "
+                "the heartbeat must renew the lease before it runs out"
+            )
         self._path = Path(path)
         self._fsync_attempts = fsync_attempts
+        self.lease = lease
+        self.heartbeat = heartbeat
+        self._host = host
+        self._held: dict[tuple[str, str], None] = {}
+        self._beat: threading.Thread | None = None
+        self._wake = threading.Event()
         self._local = threading.local()
         self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
         self._lock = threading.Lock()
@@ -142,8 +213,18 @@ class Store:
     ) -> None:
         self.close()
 
+    @property
+    def owner(self) -> Owner:
+        """The calling process, as named in the records of the attempts it claims."""
+        return this_process(self._host)
+
+    def owner_gone(self, owner: Owner) -> bool:
+        """Whether ``owner`` provably no longer runs, as seen from this process."""
+        return is_gone(owner, self.owner)
+
     def close(self) -> None:
         """Close every connection of this store; later use raises ``StoreError``."""
+        self._wake.set()
         with self._lock:
             self._closed = True
             connections = list(self._connections)
@@ -162,10 +243,10 @@ class Store:
         return None if row is None else _record(row)
 
     def list_in_doubt(self) -> list[Record]:
-        """Return every key that needs a decision (IN_DOUBT and ATTEMPTING), oldest first.
+        """Return every key that needs a decision, oldest first.
 
-        ATTEMPTING includes callers that are still running: a live caller cannot yet be told
-        from a dead one.
+        That is every IN_DOUBT key, and every ATTEMPTING key whose owner is provably gone or
+        whose lease ran out. Keys whose owner is alive and running are not listed.
         """
         with self._errors():
             rows = (
@@ -176,7 +257,15 @@ class Store:
                 )
                 .fetchall()
             )
-        return [_record(row) for row in rows]
+        now = utc_now()
+        records = [_record(row) for row in rows]
+        return [
+            record
+            for record in records
+            if record.state is State.IN_DOUBT
+            or record.lease_until <= now
+            or self.owner_gone(record.owner)
+        ]
 
     def resolve(
         self,
@@ -212,14 +301,14 @@ class Store:
             raise ValueError("a result makes sense only with happened=True")
         finished = _time(utc_now())
         if happened:
-            change = "state = ?, result = ?, finished_at = ?"
+            change = "state = ?, result = ?, finished_at = ?, doubt_reason = NULL"
             params: tuple[object, ...] = (
                 State.SUCCEEDED.value,
                 json.dumps(encode_untyped(result)),
                 finished,
             )
         else:
-            change = "state = ?, finished_at = ?"
+            change = "state = ?, finished_at = ?, doubt_reason = NULL"
             params = (State.RELEASED.value, finished)
         with self._errors():
             changed = self._write(
@@ -247,37 +336,36 @@ class Store:
         Returns the claimed record, or ``None`` if another caller got there first.
         """
         now = utc_now()
+        owner = self.owner
+        lease_until = now + timedelta(seconds=self.lease)
+        attempt = (
+            State.ATTEMPTING.value,
+            attempt_id,
+            _time(now),
+            owner.host,
+            owner.boot_id,
+            owner.pid,
+            owner.started,
+            _time(lease_until),
+        )
         with self._errors():
             if previous is None:
                 try:
                     self._write(
-                        f"INSERT INTO calls ({_COLUMNS}, schema_version) "  # noqa: S608 - constants
-                        "VALUES (?, ?, ?, ?, ?, ?, NULL, NULL, NULL, NULL, ?)",
-                        (
-                            key,
-                            tool,
-                            State.ATTEMPTING.value,
-                            args_hash,
-                            attempt_id,
-                            _time(now),
-                            SCHEMA_VERSION,
-                        ),
+                        "INSERT INTO calls (key, tool, args_hash, state, attempt_id, "
+                        "attempted_at, owner_host, owner_boot, owner_pid, owner_started, "
+                        "lease_until, schema_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                        (key, tool, args_hash, *attempt, SCHEMA_VERSION),
                         sync=True,
                     )
                 except sqlite3.IntegrityError:
                     return None
             elif not self._write(
-                "UPDATE calls SET state = ?, attempt_id = ?, attempted_at = ?, "
-                "finished_at = NULL, result = NULL, error_type = NULL, error_message = NULL "
-                "WHERE key = ? AND state = ? AND attempt_id = ?",
-                (
-                    State.ATTEMPTING.value,
-                    attempt_id,
-                    _time(now),
-                    key,
-                    State.RELEASED.value,
-                    previous.attempt_id,
-                ),
+                "UPDATE calls SET state = ?, attempt_id = ?, attempted_at = ?, owner_host = ?, "
+                "owner_boot = ?, owner_pid = ?, owner_started = ?, lease_until = ?, "
+                "finished_at = NULL, result = NULL, error_type = NULL, error_message = NULL, "
+                "doubt_reason = NULL WHERE key = ? AND state = ? AND attempt_id = ?",
+                (*attempt, key, State.RELEASED.value, previous.attempt_id),
                 sync=True,
             ):
                 return None
@@ -288,7 +376,49 @@ class Store:
             args_hash=args_hash,
             attempt_id=attempt_id,
             attempted_at=now,
+            owner=owner,
+            lease_until=lease_until,
         )
+
+    @contextlib.contextmanager
+    def hold(self, record: Record) -> Iterator[None]:
+        """Keep renewing the lease of this process's attempt ``record`` while the block runs."""
+        with self._lock:
+            self._held[record.key, record.attempt_id] = None
+            if self._beat is None or not self._beat.is_alive():
+                self._beat = threading.Thread(
+                    target=self._renew_leases, name="safeact-heartbeat", daemon=True
+                )
+                self._beat.start()
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._held.pop((record.key, record.attempt_id), None)
+
+    def _renew_leases(self) -> None:
+        """Heartbeat thread: renew the leases of the attempts held, until none is left."""
+        while not self._wake.wait(self.heartbeat):
+            with self._lock:
+                held = list(self._held)
+                if not held:
+                    self._beat = None
+                    return
+            until = _time(utc_now() + timedelta(seconds=self.lease))
+            for key, attempt_id in held:
+                try:
+                    self.renew(key, attempt_id, until)
+                except StoreError:
+                    logger.exception("could not renew the lease of key %r", key)
+
+    def renew(self, key: str, attempt_id: str, lease_until: str | None) -> None:
+        """Move the lease of an ATTEMPTING attempt to ``lease_until``."""
+        with self._errors():
+            self._write(
+                "UPDATE calls SET lease_until = ? WHERE key = ? AND attempt_id = ? AND state = ?",
+                (lease_until, key, attempt_id, State.ATTEMPTING.value),
+                sync=False,
+            )
 
     def finish(  # noqa: PLR0913 - one parameter per column of an outcome
         self,
@@ -299,27 +429,79 @@ class Store:
         result: JSON = None,
         error_type: str | None = None,
         error_message: str | None = None,
+        doubt_reason: DoubtReason | None = None,
     ) -> bool:
         """Record how this attempt ended; the owner's word replaces whatever its row says.
 
-        Returns False if the row belongs to a newer attempt (the key was released and claimed
-        again meanwhile), in which case nothing is written.
+        If the row belongs to a newer attempt (the key was released and claimed again
+        meanwhile), the completion is kept in ``late_completions`` instead, for an operator
+        to see the duplicate, and False is returned.
         """
         stored = None if result is None else json.dumps(result)
+        finished = _time(utc_now())
+        outcome = (state.value, stored, error_type, error_message, finished)
+        reason = None if doubt_reason is None else doubt_reason.value
         with self._errors():
-            return self._write(
+            if self._write(
                 "UPDATE calls SET state = ?, result = ?, error_type = ?, error_message = ?, "
-                "finished_at = ? WHERE key = ? AND attempt_id = ?",
-                (state.value, stored, error_type, error_message, _time(utc_now()), key, attempt_id),
+                "finished_at = ?, doubt_reason = ? WHERE key = ? AND attempt_id = ?",
+                (*outcome, reason, key, attempt_id),
+                sync=False,
+            ):
+                return True
+            self._write(
+                "INSERT OR REPLACE INTO late_completions (key, attempt_id, state, result, "
+                "error_type, error_message, finished_at, schema_version) "
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                (key, attempt_id, *outcome, SCHEMA_VERSION),
                 sync=False,
             )
+        return False
 
-    def mark_in_doubt(self, key: str, attempt_id: str) -> None:
+    def late_completions(self, key: str | None = None) -> list[Record]:
+        """Return completions that arrived after their key had moved on to a new attempt.
+
+        Each is the late attempt's outcome (state, result or error, when), keyed by its
+        ``attempt_id``; the key's own row is the newer attempt's. Such a completion means
+        the action ran under a released key while its first attempt was still running.
+        """
+        with self._errors():
+            rows = (
+                self._connection()
+                .execute(
+                    "SELECT l.key, l.attempt_id, l.state, l.result, l.error_type, "
+                    "l.error_message, l.finished_at FROM late_completions l "
+                    "WHERE coalesce(?, l.key) = l.key ORDER BY l.finished_at, l.key",
+                    (key,),
+                )
+                .fetchall()
+            )
+        late = []
+        for late_key, attempt_id, state, result, error_type, error_message, finished in rows:
+            current = self.get(late_key)
+            if current is None:
+                continue
+            late.append(
+                attrs.evolve(
+                    current,
+                    attempt_id=attempt_id,
+                    state=State(state),
+                    result=None if result is None else json.loads(result),
+                    error_type=error_type,
+                    error_message=error_message,
+                    finished_at=datetime.fromisoformat(finished),
+                    doubt_reason=None,
+                )
+            )
+        return late
+
+    def mark_in_doubt(self, key: str, attempt_id: str, reason: DoubtReason) -> None:
         """Turn this attempt's ATTEMPTING row into IN_DOUBT; a finished row is left alone."""
         with self._errors():
             self._write(
-                "UPDATE calls SET state = ? WHERE key = ? AND attempt_id = ? AND state = ?",
-                (State.IN_DOUBT.value, key, attempt_id, State.ATTEMPTING.value),
+                "UPDATE calls SET state = ?, doubt_reason = ? "
+                "WHERE key = ? AND attempt_id = ? AND state = ?",
+                (State.IN_DOUBT.value, reason.value, key, attempt_id, State.ATTEMPTING.value),
                 sync=False,
             )
 
@@ -587,7 +769,22 @@ def _saga_record(row: _SagaRow, steps: tuple[str, ...]) -> SagaRecord:
 
 
 _Row: TypeAlias = tuple[
-    str, str, str, str, str, str, str | None, str | None, str | None, str | None
+    str,
+    str,
+    str,
+    str,
+    str,
+    str,
+    str,
+    str,
+    int,
+    int,
+    str,
+    str | None,
+    str | None,
+    str | None,
+    str | None,
+    str | None,
 ]
 
 
@@ -599,10 +796,16 @@ def _record(row: _Row) -> Record:
         args_hash,
         attempt_id,
         attempted_at,
+        owner_host,
+        owner_boot,
+        owner_pid,
+        owner_started,
+        lease_until,
         finished_at,
         result,
         error_type,
         error_message,
+        doubt_reason,
     ) = row
     return Record(
         key=key,
@@ -611,8 +814,11 @@ def _record(row: _Row) -> Record:
         args_hash=args_hash,
         attempt_id=attempt_id,
         attempted_at=datetime.fromisoformat(attempted_at),
+        owner=Owner(owner_host, owner_boot, owner_pid, owner_started),
+        lease_until=datetime.fromisoformat(lease_until),
         finished_at=None if finished_at is None else datetime.fromisoformat(finished_at),
         result=None if result is None else json.loads(result),
         error_type=error_type,
         error_message=error_message,
+        doubt_reason=None if doubt_reason is None else DoubtReason(doubt_reason),
     )

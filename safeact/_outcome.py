@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Generic, NoReturn, TypeAlias, TypeVar, final
 
 import attrs
 
+from safeact._protocol import DoubtReason
 from safeact.exceptions import FailedCallError, InDoubtError
 
 if TYPE_CHECKING:
@@ -46,15 +47,18 @@ class Succeeded(Generic[T_co]):
 class InDoubt:
     """The action may or may not have run: a caller stopped between the action and its record.
 
-    The fields are the receipt to go and check with: the key, the tool, when it was attempted
-    (timezone-aware UTC) and the hash of its arguments. Nothing runs under this key again
-    until it is resolved.
+    The first four fields are the receipt to go and check with: the key, the tool, when it
+    was attempted (timezone-aware UTC) and the hash of its arguments. ``reason`` says why
+    it is in doubt; with ``DoubtReason.IN_FLIGHT`` the owner is still running and the key
+    is not marked: ask again later. Otherwise nothing runs under this key until it is
+    resolved.
     """
 
     key: str
     tool: str
     attempted_at: datetime
     args_hash: str
+    reason: DoubtReason = DoubtReason.CRASHED
 
     def to_result(self) -> Result[NoReturn, InDoubt | Failed]:
         """Return ``Failure(self)``."""
@@ -64,7 +68,7 @@ class InDoubt:
 
     def unwrap(self) -> NoReturn:
         """Raise ``InDoubtError`` carrying the receipt."""
-        raise InDoubtError(self.key, self.tool, self.attempted_at, self.args_hash)
+        raise InDoubtError(self.key, self.tool, self.attempted_at, self.args_hash, self.reason)
 
 
 @final

@@ -6,18 +6,24 @@
       (no row) ──────────────────────► ATTEMPTING ─────────────────► SUCCEEDED ──┐
           ▲                              │  │  │   action raised                 │ replay
           │                              │  │  └─────────────────► FAILED ─────┤ (nothing
-          │            found by another  │  │                                   │  runs)
-          │            caller, or the    │  └── owner's own completion ──┐      │
-          │            owner interrupted ▼                              ▼      │
+          │     owner provably dead  │  │                                   │  runs)
+          │     (crashed, lease out) │  └── owner's own completion ──┐      │
+          │     or interrupted       ▼                              ▼      │
           │                            IN_DOUBT ── resolve(happened=True) ──► SUCCEEDED
           │                              │
           │    resolve(happened=False)   ▼
           └──── claim again ◄──────── RELEASED
 
+A caller that finds the key ATTEMPTING under a live owner (lease not run out, process not
+provably gone) waits for the owner's outcome and replays it; if its wait runs out first it
+gets ``InDoubt`` (still in flight) and marks nothing. A lease running out never lets the
+action run again: it only turns waiting into doubt.
+
 A row is written only by the owner of the current attempt (identified by ``attempt_id``), by
-a caller that finds it ATTEMPTING (which marks it IN_DOUBT), or by ``resolve``. The owner's
+a caller that finds its owner dead (which marks it IN_DOUBT), or by ``resolve``. The owner's
 completion always replaces whatever its own attempt's row says, because the owner knows what
-happened; a new attempt gets a new ``attempt_id``, so a stale owner cannot overwrite it.
+happened; a new attempt gets a new ``attempt_id``, so a stale owner cannot overwrite it, and
+its late completion is kept beside the row for the operator instead.
 """
 
 from __future__ import annotations
@@ -34,10 +40,13 @@ from safeact.exceptions import KeyConflictError, SafeError
 if TYPE_CHECKING:
     from datetime import datetime
 
+    from safeact._owner import Owner
+
 __all__ = [
     "JSON",
     "Checkpoint",
     "Doubt",
+    "DoubtReason",
     "Record",
     "Replay",
     "Run",
@@ -45,6 +54,7 @@ __all__ = [
     "SagaState",
     "State",
     "Step",
+    "Wait",
     "check_resolvable",
     "checkpoint",
     "checkpoint_hook",
@@ -78,8 +88,10 @@ class Record:
     """One key's row in the ledger.
 
     ``result`` is the stored result as JSON (rebuilt as the tool's return type on replay);
-    ``error_type`` and ``error_message`` say why the action failed, or, on an IN_DOUBT row,
-    why it is in doubt when that is known.
+    ``error_type`` and ``error_message`` say why the action failed, or, on an IN_DOUBT row
+    whose result could not be stored, what went wrong. ``owner`` claimed the current attempt;
+    ``lease_until`` is when its lease runs out unless its heartbeat renews it;
+    ``doubt_reason`` says why an IN_DOUBT row is in doubt.
     """
 
     key: str
@@ -88,10 +100,28 @@ class Record:
     args_hash: str
     attempt_id: str
     attempted_at: datetime
+    owner: Owner
+    lease_until: datetime
     finished_at: datetime | None = None
     result: JSON = None
     error_type: str | None = None
     error_message: str | None = None
+    doubt_reason: DoubtReason | None = None
+
+
+class DoubtReason(enum.Enum):
+    """Why a key is in doubt."""
+
+    CRASHED = "crashed"
+    """The owner's process is gone (or its host rebooted) without recording an outcome."""
+    LEASE_EXPIRED = "lease_expired"
+    """The owner stopped renewing its lease: frozen, cut off, or on a host that died."""
+    INTERRUPTED = "interrupted"
+    """The action was interrupted (KeyboardInterrupt, SystemExit, task cancellation)."""
+    IN_FLIGHT = "in_flight"
+    """The owner is alive and still running; the caller's wait ran out. Ask again later."""
+    RESULT_NOT_STORED = "result_not_stored"
+    """The action ran, but its result could not be stored for replay."""
 
 
 @attrs.frozen
@@ -110,16 +140,34 @@ class Replay:
 
 @attrs.frozen
 class Doubt:
-    """Mark ``record`` IN_DOUBT if it is ATTEMPTING and return ``InDoubt``; nothing runs."""
+    """Return ``InDoubt`` for ``reason``, marking an ATTEMPTING ``record`` IN_DOUBT first."""
+
+    record: Record
+    reason: DoubtReason
+
+
+@attrs.frozen
+class Wait:
+    """The owner of ``record`` is alive: wait for its outcome, then decide again."""
 
     record: Record
 
 
-Step: TypeAlias = Run | Replay | Doubt
+Step: TypeAlias = Run | Replay | Doubt | Wait
 
 
-def next_step(record: Record | None, tool: str, args_hash: str) -> Step:
+def next_step(  # noqa: PLR0911 - one return per row of the decision table
+    record: Record | None,
+    tool: str,
+    args_hash: str,
+    *,
+    now: datetime,
+    owner_gone: Callable[[Owner], bool],
+) -> Step:
     """Decide what a call of ``tool`` with ``args_hash`` does, given the key's record.
+
+    ``now`` is compared with the owner's lease; ``owner_gone`` says whether an owner
+    provably no longer runs.
 
     Raises:
         KeyConflictError: the key is recorded for another tool or other arguments.
@@ -142,8 +190,14 @@ def next_step(record: Record | None, tool: str, args_hash: str) -> Step:
             return Run(record)
         case State.SUCCEEDED | State.FAILED:
             return Replay(record)
-        case State.ATTEMPTING | State.IN_DOUBT:
-            return Doubt(record)
+        case State.IN_DOUBT:
+            return Doubt(record, record.doubt_reason or DoubtReason.CRASHED)
+        case State.ATTEMPTING if record.lease_until <= now:
+            return Doubt(record, DoubtReason.LEASE_EXPIRED)
+        case State.ATTEMPTING if owner_gone(record.owner):
+            return Doubt(record, DoubtReason.CRASHED)
+        case State.ATTEMPTING:
+            return Wait(record)
 
 
 def check_resolvable(key: str, record: Record | None) -> Record:

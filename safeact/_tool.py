@@ -2,22 +2,45 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 import logging
 import os
 import sys
+import time
 import uuid
-from collections.abc import Callable
-from typing import Concatenate, Generic, Never, ParamSpec, TypeAlias, TypeVar, cast
+from collections.abc import Callable, Coroutine
+from typing import (
+    Any,
+    Concatenate,
+    Generic,
+    Never,
+    ParamSpec,
+    TypeAlias,
+    TypeVar,
+    cast,
+    overload,
+)
 
 from safeact._codec import ResultNotStorableError, check_return_type, decode, encode
 from safeact._keys import args_hash, check_key, check_text
-from safeact._ledger import Store, get_store
+from safeact._ledger import Store, get_store, utc_now
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
-from safeact._protocol import Doubt, Record, Replay, Run, State, checkpoint, next_step
+from safeact._protocol import (
+    Doubt,
+    DoubtReason,
+    Record,
+    Replay,
+    Run,
+    State,
+    Step,
+    Wait,
+    checkpoint,
+    next_step,
+)
 
-__all__ = ["SafeTool", "raise_on_doubt", "safe"]
+__all__ = ["AsyncSafeTool", "SafeTool", "raise_on_doubt", "safe"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -28,27 +51,37 @@ logger = logging.getLogger("safeact")
 Compensation: TypeAlias = Callable[[str, Never], object]
 """A function that undoes a step: ``compensate(compensation_key, step_value)``."""
 
+WAIT = 5.0
+"""Default seconds a caller waits for a live owner of its key to finish."""
+
+_FIRST_PAUSE, _LONGEST_PAUSE = 0.005, 0.1
+
 
 class safe:  # noqa: N801 - used as a decorator, so it reads as a function
     """Make functions into tools that run at most once per key.
 
     ``safe(store)`` takes a ledger path or a ``Store``; ``name`` pins the tool's name (by
     default ``module.qualname``, the same in every process) so a rename keeps its keys.
+    ``wait`` is how many seconds a caller that finds its key running under a live owner
+    waits for that owner's outcome (0: do not wait) before it gets ``InDoubt`` (in flight).
     ``compensate`` undoes the tool's action when it is a step of a ``Saga`` that aborts: it
-    is called as ``compensate(compensation_key, value)``, itself a guarded call.
+    is called as ``compensate(compensation_key, value)``, itself a guarded call. An
+    ``async def`` function becomes an ``AsyncSafeTool``.
 
     Raises:
         StoreError: the ledger at ``store`` cannot be opened.
+        ValueError: ``name`` is empty or ``wait`` negative.
 
     """
 
-    __slots__ = ("_compensate", "_name", "_store")
+    __slots__ = ("_compensate", "_name", "_store", "_wait")
 
     def __init__(
         self,
         store: str | os.PathLike[str] | Store,
         *,
         name: str | None = None,
+        wait: float = WAIT,
         compensate: Compensation | None = None,
     ) -> None:
         """Open the ledger now, so a bad path fails before any action runs."""
@@ -56,11 +89,24 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
             if not name:
                 raise ValueError("name must be a non-empty string, or None for module.qualname")
             check_text(name, "the tool name")
+        if wait < 0:
+            raise ValueError(f"wait must be 0 or more seconds, got {wait}")
         self._store = store if isinstance(store, Store) else get_store(store)
         self._name = name
+        self._wait = wait
         self._compensate = compensate
 
-    def __call__(self, fn: Callable[Concatenate[str, P], T]) -> SafeTool[P, T]:
+    @overload
+    def __call__(  # type: ignore[overload-overlap] # a coroutine function is also a callable
+        self, fn: Callable[Concatenate[str, P], Coroutine[Any, Any, T]]
+    ) -> AsyncSafeTool[P, T]: ...
+
+    @overload
+    def __call__(self, fn: Callable[Concatenate[str, P], T]) -> SafeTool[P, T]: ...
+
+    def __call__(
+        self, fn: Callable[Concatenate[str, P], T]
+    ) -> SafeTool[P, T] | AsyncSafeTool[P, Any]:
         """Guard ``fn``, whose first parameter receives the key.
 
         Raises:
@@ -68,131 +114,43 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
                 and rebuilt (missing, too loose, awaitable, or unknown to cattrs).
 
         """
-        return SafeTool(fn, self._store, name=self._name, compensate=self._compensate)
+        settings = {"name": self._name, "wait": self._wait, "compensate": self._compensate}
+        if inspect.iscoroutinefunction(fn):
+            return AsyncSafeTool(fn, self._store, **settings)  # type: ignore[arg-type] # checked just above
+        return SafeTool(fn, self._store, **settings)  # type: ignore[arg-type] # forwarded keywords
 
 
-class SafeTool(Generic[P, T_co]):
-    """A function guarded by a ledger: call it with a key first, get an ``Outcome``.
-
-    Attributes ``name``, ``store``, ``return_type`` and ``compensate`` describe it;
-    ``__wrapped__`` is the function itself.
-    """
+class _Guard(Generic[T_co]):
+    """What a sync and an async tool share: checks, decisions, and the outcomes they build."""
 
     def __init__(
         self,
-        fn: Callable[Concatenate[str, P], T_co],
+        fn: Callable[..., object],
         store: Store,
         *,
         name: str | None = None,
+        wait: float = WAIT,
         compensate: Compensation | None = None,
     ) -> None:
-        """Check ``fn`` and bind it to ``store``; see ``safe``."""
         self.name = name if name is not None else _default_name(fn)
         self.store = store
+        self.wait = wait
         self.compensate = compensate
-        self._fn = fn
         self._signature = _key_first_signature(fn, self.name)
         self.return_type = check_return_type(fn, self.name)
-        functools.update_wrapper(self, fn)
 
     def __repr__(self) -> str:
-        return f"<SafeTool {self.name} on {self.store!r}>"
+        return f"<{type(self).__name__} {self.name} on {self.store!r}>"
 
-    def __call__(self, key: str, /, *args: P.args, **kwargs: P.kwargs) -> Outcome[T_co]:
-        """Run the function at most once for ``key`` and say what happened.
-
-        Returns ``Succeeded`` (ran now, or replayed), ``Failed`` (raised now, or replayed) or
-        ``InDoubt`` (a caller stopped between the action and its record; nothing runs).
-
-        Raises:
-            TypeError, ValueError: ``key`` is not a non-empty str, or the arguments do not
-                fit the function. Nothing ran.
-            KeyConflictError: ``key`` is recorded for another tool or other arguments.
-            StoreError: the ledger cannot be read or the claim cannot be written.
-            BaseException: an interrupt raised by the function propagates; the key stays in
-                doubt.
-
-        """
+    def _digest(self, key: str, args: tuple[object, ...], kwargs: dict[str, object]) -> str:
         check_key(key)
         try:
-            digest = args_hash(self._signature, args, kwargs)
+            return args_hash(self._signature, args, kwargs)
         except TypeError as exc:
             raise TypeError(f"{self.name}: {exc}") from exc
-        record = self.store.get(key)
-        while True:
-            match next_step(record, self.name, digest):
-                case Replay(stored):
-                    return self._replay(stored)
-                case Doubt(unsettled):
-                    return self._doubt(unsettled)
-                case Run(previous):
-                    attempt_id = uuid.uuid4().hex
-                    checkpoint("before_claim")
-                    claimed = self.store.claim(
-                        key, self.name, digest, attempt_id=attempt_id, previous=previous
-                    )
-                    if claimed is not None:
-                        return self._run(claimed, args, kwargs)
-                    record = self.store.get(key)  # another caller won: decide again
 
-    def _run(
-        self, record: Record, args: tuple[object, ...], kwargs: dict[str, object]
-    ) -> Outcome[T_co]:
-        checkpoint("after_claim")
-        try:
-            value = self._fn(record.key, *args, **kwargs)  # type: ignore[arg-type] # P was checked by the caller's signature
-        except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
-            checkpoint("after_call")
-            error_type, message = _type_name(type(exc)), _message(exc)
-            self._finish(record, State.FAILED, error_type=error_type, error_message=message)
-            checkpoint("after_record")
-            return Failed(record.key, self.name, error_type, message, exception=exc)
-        except BaseException:
-            self._interrupted(record)
-            raise
-        checkpoint("after_call")
-        try:
-            stored = encode(value, self.return_type)
-        except ResultNotStorableError as exc:
-            # It ran, so it must never run again; but without a storable result a replay has
-            # nothing to return: leave the key for an operator to resolve with the value.
-            self._finish(
-                record,
-                State.IN_DOUBT,
-                error_type="safeact.ResultNotStorable",
-                error_message=f"the action ran but its result could not be stored: {exc}",
-            )
-        else:
-            self._finish(record, State.SUCCEEDED, result=stored)
-        checkpoint("after_record")
-        return Succeeded(record.key, value)
-
-    def _finish(self, record: Record, state: State, **outcome: str | object | None) -> None:
-        """Record the end of this attempt; trouble doing so leaves the key in doubt, logged."""
-        try:
-            written = self.store.finish(record.key, record.attempt_id, state=state, **outcome)  # type: ignore[arg-type] # forwarded keywords
-        except Exception:
-            logger.exception(
-                "%s: could not record %s for key %r; the key stays in doubt",
-                self.name,
-                state.value,
-                record.key,
-            )
-            return
-        if not written:
-            logger.error(
-                "%s: key %r was released and claimed again while this attempt ran; its %s "
-                "was not recorded",
-                self.name,
-                record.key,
-                state.value,
-            )
-
-    def _interrupted(self, record: Record) -> None:
-        try:
-            self.store.mark_in_doubt(record.key, record.attempt_id)
-        except Exception:
-            logger.exception("%s: could not mark key %r in doubt", self.name, record.key)
+    def _next(self, record: Record | None, digest: str) -> Step:
+        return next_step(record, self.name, digest, now=utc_now(), owner_gone=self.store.owner_gone)
 
     def _replay(self, record: Record) -> Outcome[T_co]:
         if record.state is State.FAILED:
@@ -206,10 +164,210 @@ class SafeTool(Generic[P, T_co]):
         value = decode(record.result, self.return_type, key=record.key, tool=self.name)
         return Succeeded(record.key, cast("T_co", value), replayed=True)
 
-    def _doubt(self, record: Record) -> InDoubt:
-        if record.state is State.ATTEMPTING:
-            self.store.mark_in_doubt(record.key, record.attempt_id)
-        return InDoubt(record.key, record.tool, record.attempted_at, record.args_hash)
+    def _doubt(self, record: Record, reason: DoubtReason) -> InDoubt:
+        """Mark a dead owner's attempt IN_DOUBT; return the receipt."""
+        if record.state is State.ATTEMPTING and reason is not DoubtReason.IN_FLIGHT:
+            self.store.mark_in_doubt(record.key, record.attempt_id, reason)
+        return InDoubt(record.key, record.tool, record.attempted_at, record.args_hash, reason)
+
+    def _attempt(self, digest: str, previous: Record | None, key: str) -> Record | None:
+        checkpoint("before_claim")
+        return self.store.claim(
+            key, self.name, digest, attempt_id=uuid.uuid4().hex, previous=previous
+        )
+
+    def _ended(self, record: Record, value: object) -> Outcome[T_co]:
+        """Record the value the action returned; return ``Succeeded``."""
+        checkpoint("after_call")
+        try:
+            stored = encode(value, self.return_type)
+        except ResultNotStorableError as exc:
+            # It ran, so it must never run again; but without a storable result a replay has
+            # nothing to return: leave the key for an operator to resolve with the value.
+            self._finish(
+                record,
+                State.IN_DOUBT,
+                error_type="safeact.ResultNotStorable",
+                error_message=f"the action ran but its result could not be stored: {exc}",
+                doubt_reason=DoubtReason.RESULT_NOT_STORED,
+            )
+        else:
+            self._finish(record, State.SUCCEEDED, result=stored)
+        checkpoint("after_record")
+        return Succeeded(record.key, cast("T_co", value))
+
+    def _raised(self, record: Record, exc: Exception) -> Failed:
+        """Record the exception the action raised; return ``Failed``."""
+        checkpoint("after_call")
+        error_type, message = _type_name(type(exc)), _message(exc)
+        self._finish(record, State.FAILED, error_type=error_type, error_message=message)
+        checkpoint("after_record")
+        return Failed(record.key, self.name, error_type, message, exception=exc)
+
+    def _finish(self, record: Record, state: State, **outcome: Any) -> None:
+        """Record the end of this attempt; trouble doing so leaves the key in doubt, logged."""
+        try:
+            written = self.store.finish(record.key, record.attempt_id, state=state, **outcome)
+        except Exception:
+            logger.exception(
+                "%s: could not record %s for key %r; the key stays in doubt",
+                self.name,
+                state.value,
+                record.key,
+            )
+            return
+        if not written:
+            logger.error(
+                "%s: key %r was released and claimed again while this attempt ran; its %s "
+                "is kept in the ledger's late completions",
+                self.name,
+                record.key,
+                state.value,
+            )
+
+    def _interrupted(self, record: Record) -> None:
+        """Mark this attempt IN_DOUBT (interrupted), so nobody waits on it; never raise."""
+        try:
+            self.store.mark_in_doubt(record.key, record.attempt_id, DoubtReason.INTERRUPTED)
+        except Exception:
+            logger.exception("%s: could not mark key %r in doubt", self.name, record.key)
+
+
+class SafeTool(_Guard[T_co], Generic[P, T_co]):
+    """A function guarded by a ledger: call it with a key first, get an ``Outcome``.
+
+    Attributes ``name``, ``store``, ``wait``, ``return_type`` and ``compensate`` describe
+    it; ``__wrapped__`` is the function itself.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[Concatenate[str, P], T_co],
+        store: Store,
+        *,
+        name: str | None = None,
+        wait: float = WAIT,
+        compensate: Compensation | None = None,
+    ) -> None:
+        """Check ``fn`` and bind it to ``store``; see ``safe``."""
+        if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+            raise TypeError(f"{fn.__qualname__} is async: make it a tool with safe(store)")
+        super().__init__(fn, store, name=name, wait=wait, compensate=compensate)
+        self._fn = fn
+        functools.update_wrapper(self, fn)
+
+    def __call__(self, key: str, /, *args: P.args, **kwargs: P.kwargs) -> Outcome[T_co]:
+        """Run the function at most once for ``key`` and say what happened.
+
+        Returns ``Succeeded`` (ran now, or replayed), ``Failed`` (raised now, or replayed) or
+        ``InDoubt`` (its ``reason`` says why: the owner crashed, its lease ran out, it was
+        interrupted, or it is still running after ``wait`` seconds). Nothing runs twice.
+
+        Raises:
+            TypeError, ValueError: ``key`` is not a non-empty str, or the arguments do not
+                fit the function. Nothing ran.
+            KeyConflictError: ``key`` is recorded for another tool or other arguments.
+            StoreError: the ledger cannot be read or the claim cannot be written.
+            BaseException: an interrupt raised by the function propagates; the key is left
+                IN_DOUBT (interrupted).
+
+        """
+        digest = self._digest(key, args, kwargs)
+        record = self.store.get(key)
+        deadline, pause = time.monotonic() + self.wait, _FIRST_PAUSE
+        while True:
+            match self._next(record, digest):
+                case Replay(stored):
+                    return self._replay(stored)
+                case Run(previous):
+                    claimed = self._attempt(digest, previous, key)
+                    if claimed is not None:
+                        return self._run(claimed, args, kwargs)
+                case Doubt(unsettled, reason):
+                    return self._doubt(unsettled, reason)
+                case Wait(running):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return self._doubt(running, DoubtReason.IN_FLIGHT)
+                    time.sleep(min(pause, left))
+                    pause = min(2 * pause, _LONGEST_PAUSE)
+            record = self.store.get(key)
+
+    def _run(
+        self, record: Record, args: tuple[object, ...], kwargs: dict[str, object]
+    ) -> Outcome[T_co]:
+        checkpoint("after_claim")
+        with self.store.hold(record):
+            try:
+                value = self._fn(record.key, *args, **kwargs)  # type: ignore[arg-type] # P was checked by the caller's signature
+            except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
+                return self._raised(record, exc)
+            except BaseException:
+                self._interrupted(record)
+                raise
+        return self._ended(record, value)
+
+
+class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
+    """An ``async def`` function guarded by a ledger: ``await tool(key, ...)`` gives an ``Outcome``.
+
+    The same guarantees as ``SafeTool``. The ledger's blocking work runs in worker threads,
+    so it does not stall the event loop; waiting for a live owner sleeps on the loop. A
+    cancelled task is an interruption: the key is left IN_DOUBT (interrupted) and the
+    ``CancelledError`` propagates.
+    """
+
+    def __init__(
+        self,
+        fn: Callable[Concatenate[str, P], Coroutine[Any, Any, T_co]],
+        store: Store,
+        *,
+        name: str | None = None,
+        wait: float = WAIT,
+        compensate: Compensation | None = None,
+    ) -> None:
+        """Check ``fn`` and bind it to ``store``; see ``safe``."""
+        super().__init__(fn, store, name=name, wait=wait, compensate=compensate)
+        self._fn = fn
+        functools.update_wrapper(self, fn)
+
+    async def __call__(self, key: str, /, *args: P.args, **kwargs: P.kwargs) -> Outcome[T_co]:
+        """Run the coroutine function at most once for ``key``; see ``SafeTool.__call__``."""
+        digest = self._digest(key, args, kwargs)
+        record = await asyncio.to_thread(self.store.get, key)
+        deadline, pause = time.monotonic() + self.wait, _FIRST_PAUSE
+        while True:
+            match self._next(record, digest):
+                case Replay(stored):
+                    return self._replay(stored)
+                case Run(previous):
+                    claimed = await asyncio.to_thread(self._attempt, digest, previous, key)
+                    if claimed is not None:
+                        return await self._run(claimed, args, kwargs)
+                case Doubt(unsettled, reason):
+                    return await asyncio.to_thread(self._doubt, unsettled, reason)
+                case Wait(running):
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        return self._doubt(running, DoubtReason.IN_FLIGHT)
+                    await asyncio.sleep(min(pause, left))
+                    pause = min(2 * pause, _LONGEST_PAUSE)
+            record = await asyncio.to_thread(self.store.get, key)
+
+    async def _run(
+        self, record: Record, args: tuple[object, ...], kwargs: dict[str, object]
+    ) -> Outcome[T_co]:
+        checkpoint("after_claim")
+        with self.store.hold(record):
+            try:
+                value = await self._fn(record.key, *args, **kwargs)  # type: ignore[arg-type] # P was checked by the caller's signature
+            except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
+                return await asyncio.to_thread(self._raised, record, exc)
+            except BaseException:
+                # Blocking for one short write: an await here could itself be cancelled.
+                self._interrupted(record)
+                raise
+        return await asyncio.to_thread(self._ended, record, value)
 
 
 def raise_on_doubt(tool: SafeTool[P, T]) -> Callable[Concatenate[str, P], T]:

@@ -12,6 +12,8 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from datetime import datetime
 
+    from safeact._protocol import DoubtReason
+
 __all__ = [
     "FailedCallError",
     "InDoubtError",
@@ -48,18 +50,27 @@ class KeyConflictError(SafeError):
 class InDoubtError(SafeError):
     """The action may or may not have run; go and check, then resolve the key.
 
-    Carries the receipt of ``InDoubt``: ``key``, ``tool``, ``attempted_at``, ``args_hash``.
+    Carries the receipt of ``InDoubt``: ``key``, ``tool``, ``attempted_at``, ``args_hash``,
+    and the ``reason``.
     """
 
-    def __init__(self, key: str, tool: str, attempted_at: datetime, args_hash: str) -> None:
+    def __init__(
+        self,
+        key: str,
+        tool: str,
+        attempted_at: datetime,
+        args_hash: str,
+        reason: DoubtReason,
+    ) -> None:
         """Carry the receipt of the in-doubt call."""
         self.key = key
         self.tool = tool
         self.attempted_at = attempted_at
         self.args_hash = args_hash
+        self.reason = reason
         super().__init__(
             f"{tool} with key {key!r} (attempted at {attempted_at.isoformat()}) may or may not "
-            "have run; check the downstream system, then resolve the key"
+            f"have run ({reason.value}); check the downstream system, then resolve the key"
         )
 
 

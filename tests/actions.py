@@ -1,6 +1,7 @@
 """Tools shared by the tests and the subprocesses they start: effects are counted in a file."""
 
 import os
+import sqlite3
 from pathlib import Path
 
 import attrs
@@ -27,3 +28,17 @@ def count_effects(effects: Path, key: str) -> int:
     if not effects.exists():
         return 0
     return effects.read_text().splitlines().count(key)
+
+
+def bury_owners(ledger: Path) -> None:
+    """Make every running attempt's owner look dead, as after its process was killed.
+
+    In-process crash simulations cannot kill the test process; this gives the records the
+    start time of another process, which is what a reused process id looks like.
+    """
+    connection = sqlite3.connect(ledger)
+    try:
+        with connection:
+            connection.execute("UPDATE calls SET owner_started = -2 WHERE state = 'attempting'")
+    finally:
+        connection.close()

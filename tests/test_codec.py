@@ -11,7 +11,7 @@ from typing import Any, Literal, TypedDict, TypeVar
 import attrs
 import pytest
 
-from safeact import InDoubt, Store, StoreError, Succeeded, safe
+from safeact import AsyncSafeTool, InDoubt, SafeTool, Store, StoreError, Succeeded, safe
 
 
 class Colour(enum.Enum):
@@ -120,14 +120,15 @@ def test_missing_return_annotation_is_refused(store: Store) -> None:
         safe(store)(act)
 
 
-def test_async_function_is_refused(store: Store) -> None:
-    """An async function is refused with a clear message, not stored as a coroutine."""
+def test_async_function_makes_an_async_tool(store: Store) -> None:
+    """safe() on an async def gives an AsyncSafeTool; SafeTool itself refuses one."""
 
     async def act(key: str) -> int:
         return 1
 
-    with pytest.raises(TypeError, match="is async"):
-        safe(store)(act)
+    assert isinstance(safe(store)(act), AsyncSafeTool)
+    with pytest.raises(TypeError, match="is async: make it a tool with safe"):
+        SafeTool(act, store)
 
 
 @pytest.mark.parametrize("signature", ["", "*, key: str", "*keys: str"])
@@ -136,7 +137,7 @@ def test_function_without_positional_key_is_refused(store: Store, signature: str
     namespace: dict[str, object] = {}
     exec(f"def act({signature}) -> int:\n    return 1", namespace)  # noqa: S102 - builds the signatures under test
     with pytest.raises(TypeError, match="first positional parameter"):
-        safe(store)(namespace["act"])  # type: ignore[arg-type] # the misuse under test
+        safe(store)(namespace["act"])  # type: ignore[call-overload] # the misuse under test
 
 
 def test_result_that_no_longer_decodes_raises_store_error_and_does_not_rerun(

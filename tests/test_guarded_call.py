@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from safeact import (
+    DoubtReason,
     Failed,
     InDoubt,
     KeyConflictError,
@@ -18,7 +19,7 @@ from safeact import (
     get_store,
     safe,
 )
-from tests.actions import Receipt
+from tests.actions import Receipt, bury_owners
 
 
 def make_charge(store: Store, runs: list[str]) -> SafeTool[..., Receipt]:
@@ -153,38 +154,60 @@ def test_interrupt_propagates_and_leaves_key_in_doubt(
     assert runs == ["k"]
 
 
-def test_attempting_key_is_reported_in_doubt_with_receipt(store: Store) -> None:
-    """A key left ATTEMPTING by a caller that stopped is InDoubt, marked so, and not run."""
+def test_attempting_key_is_reported_in_doubt_with_receipt(store: Store, ledger: Path) -> None:
+    """A key left ATTEMPTING by a caller that died is InDoubt (crashed), marked so, not run."""
     runs: list[str] = []
     charge = make_charge(store, runs)
     store.claim("k", charge.name, _hash_of(charge, "a@b.c", 7), attempt_id="dead", previous=None)
+    bury_owners(ledger)
     outcome = charge("k", "a@b.c", 7)
     assert isinstance(outcome, InDoubt)
     record = store.get("k")
     assert record is not None
-    assert outcome == InDoubt("k", charge.name, record.attempted_at, record.args_hash)
+    assert outcome == InDoubt(
+        "k", charge.name, record.attempted_at, record.args_hash, DoubtReason.CRASHED
+    )
+    assert record.doubt_reason is DoubtReason.CRASHED
     assert outcome.attempted_at.tzinfo is UTC
     assert record.state is State.IN_DOUBT
     assert charge("k", "a@b.c", 7) == outcome
     assert runs == []
 
 
-def test_owner_completion_replaces_in_doubt(store: Store) -> None:
-    """A caller that finds the key mid-run gets InDoubt; the owner's success still lands."""
+def test_caller_that_runs_out_of_wait_gets_in_flight_and_marks_nothing(store: Store) -> None:
+    """A caller that finds a live owner and wait=0 gets InDoubt (in flight); nothing is marked."""
     inner: list[object] = []
+
+    @safe(store, wait=0)
+    def charge(key: str) -> int:
+        inner.append(charge(key))  # a second caller arrives while the first is running
+        record = store.get(key)
+        assert record is not None
+        inner.append(record.state)
+        return 1
+
+    assert charge("k") == Succeeded("k", 1)
+    assert len(inner) == 2
+    assert isinstance(inner[0], InDoubt)
+    assert inner[0].reason is DoubtReason.IN_FLIGHT
+    assert inner[1] is State.ATTEMPTING
+    assert charge("k") == Succeeded("k", 1, replayed=True)
+
+
+def test_owner_completion_replaces_in_doubt(store: Store) -> None:
+    """If the key was marked IN_DOUBT while the owner ran, the owner's success still lands."""
 
     @safe(store)
     def charge(key: str) -> int:
-        inner.append(charge(key))  # a second caller arrives while the first is running
+        record = store.get(key)
+        assert record is not None
+        store.mark_in_doubt(key, record.attempt_id, DoubtReason.LEASE_EXPIRED)
         return 1
 
-    outcome = charge("k")
-    assert outcome == Succeeded("k", 1)
-    assert len(inner) == 1
-    assert isinstance(inner[0], InDoubt)
+    assert charge("k") == Succeeded("k", 1)
     record = store.get("k")
     assert record is not None
-    assert record.state is State.SUCCEEDED
+    assert (record.state, record.doubt_reason) == (State.SUCCEEDED, None)
     assert charge("k") == Succeeded("k", 1, replayed=True)
 
 
@@ -193,7 +216,9 @@ def test_owner_failure_replaces_in_doubt(store: Store) -> None:
 
     @safe(store)
     def charge(key: str) -> int:
-        charge(key)
+        record = store.get(key)
+        assert record is not None
+        store.mark_in_doubt(key, record.attempt_id, DoubtReason.CRASHED)
         raise RuntimeError("declined")
 
     assert isinstance(charge("k"), Failed)
@@ -227,11 +252,12 @@ def test_key_reused_with_other_arguments_conflicts(store: Store) -> None:
     assert runs == ["k"]
 
 
-def test_conflict_is_checked_for_in_doubt_keys_too(store: Store) -> None:
+def test_conflict_is_checked_for_in_doubt_keys_too(store: Store, ledger: Path) -> None:
     """Other arguments on an unsettled key are a conflict, not a doubt."""
     runs: list[str] = []
     charge = make_charge(store, runs)
     store.claim("k", charge.name, _hash_of(charge, "a@b.c", 7), attempt_id="dead", previous=None)
+    bury_owners(ledger)
     with pytest.raises(KeyConflictError):
         charge("k", "a@b.c", 8)
     record = store.get("k")
@@ -373,18 +399,17 @@ def test_interrupt_propagates_even_if_the_doubt_cannot_be_recorded(
     assert "could not mark key 'k' in doubt" in caplog.text
 
 
-def test_completion_after_release_and_new_claim_is_not_recorded(
+def test_completion_after_release_and_new_claim_is_kept_as_late(
     store: Store, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A stale owner cannot overwrite a newer attempt's record; its completion is logged."""
+    """A stale owner cannot overwrite a newer attempt; its completion is kept for the operator."""
     runs: list[int] = []
 
-    @safe(store)
+    @safe(store, wait=0)
     def act(key: str) -> int:
         runs.append(len(runs) + 1)
         if runs == [1]:
-            act(key)  # marks the key IN_DOUBT
-            store.resolve(key, happened=False)
+            store.resolve(key, happened=False)  # an operator wrongly releases a running attempt
             assert act(key) == Succeeded(key, 2)  # a new attempt claims and finishes
             return 1
         return 2
@@ -393,7 +418,11 @@ def test_completion_after_release_and_new_claim_is_not_recorded(
     record = store.get("k")
     assert record is not None
     assert (record.state, record.result) == (State.SUCCEEDED, 2)
-    assert "released and claimed again" in caplog.text
+    (late,) = store.late_completions("k")
+    assert (late.state, late.result) == (State.SUCCEEDED, 1)
+    assert late.attempt_id != record.attempt_id
+    assert store.late_completions("other") == []
+    assert "kept in the ledger's late completions" in caplog.text
 
 
 class UnprintableError(Exception):

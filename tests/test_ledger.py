@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from safeact import (
+    DoubtReason,
     InDoubt,
     SafeError,
     SafeTool,
@@ -27,6 +28,7 @@ from safeact import (
     safe,
 )
 from safeact._ledger import APPLICATION_ID, SCHEMA_VERSION
+from tests.actions import bury_owners
 
 
 def test_new_ledger_and_its_wal_are_owner_only(ledger: Path) -> None:
@@ -158,11 +160,13 @@ def in_doubt_tool(store: Store, runs: list[str]) -> SafeTool[[], int]:
     return act
 
 
-def test_list_in_doubt_shows_attempting_and_in_doubt_keys_oldest_first(store: Store) -> None:
-    """Both unsettled states are listed, oldest attempt first; settled keys are not."""
+def test_list_in_doubt_shows_what_needs_a_decision_oldest_first(store: Store, ledger: Path) -> None:
+    """IN_DOUBT keys and dead owners' ATTEMPTING keys are listed; live and settled ones not."""
     runs: list[str] = []
     act = in_doubt_tool(store, runs)
     store.claim("j", "act", "h", attempt_id="a", previous=None)
+    bury_owners(ledger)
+    store.claim("live", "act", "h", attempt_id="b", previous=None)
 
     @safe(store, name="ok")
     def ok(key: str) -> None:
@@ -330,7 +334,7 @@ def test_in_doubt_mark_never_overwrites_a_finished_attempt(store: Store) -> None
     """A caller that saw ATTEMPTING but marks after the owner finished changes nothing."""
     store.claim("k", "act", "h", attempt_id="a", previous=None)
     store.finish("k", "a", state=State.SUCCEEDED, result=1)
-    store.mark_in_doubt("k", "a")
+    store.mark_in_doubt("k", "a", DoubtReason.CRASHED)
     record = store.get("k")
     assert record is not None
     assert record.state is State.SUCCEEDED

@@ -12,6 +12,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from safeact import Saga, SagaFailed, SagaState, State, get_store
 from safeact._protocol import Checkpoint, checkpoint_hook
+from tests.actions import bury_owners
 
 SAGAS = st.sampled_from(["s0", "s1", "s2"])
 STEPS = 3
@@ -85,6 +86,7 @@ class SagaMachine(RuleBasedStateMachine):
             with checkpoint_hook(die):
                 ended = self.run_saga(saga_id)
         except Crash:
+            bury_owners(self.directory / "agent.db")
             self.store.close()
             self.store = get_store(self.directory / "agent.db")
             return

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 from safeact import (
+    DoubtReason,
     Failed,
     InDoubt,
     KeyConflictError,
@@ -23,7 +24,7 @@ from safeact import (
     safe,
 )
 from safeact._protocol import Checkpoint, checkpoint_hook
-from tests.actions import Receipt
+from tests.actions import Receipt, bury_owners
 
 KEYS = st.sampled_from(["a", "b", "c"])
 VARIANTS = st.integers(0, 1)
@@ -44,6 +45,7 @@ class Expected:
     value: Receipt | None = None
     runs: int = 0
     releases: int = 0
+    reason: DoubtReason | None = None
 
 
 class LedgerMachine(RuleBasedStateMachine):
@@ -109,6 +111,7 @@ class LedgerMachine(RuleBasedStateMachine):
             case State.ATTEMPTING | State.IN_DOUBT:
                 assert isinstance(outcome, InDoubt)
                 assert (outcome.key, outcome.tool) == (key, "act")
+                assert outcome.reason is known.reason
                 known.state = State.IN_DOUBT
 
     @rule(key=KEYS, variant=VARIANTS, fail=st.booleans(), point=CHECKPOINTS)
@@ -125,14 +128,15 @@ class LedgerMachine(RuleBasedStateMachine):
         with checkpoint_hook(die), pytest.raises(Crash):
             self.act(key, variant, fail)
         if point == "after_claim":
-            known.state = State.ATTEMPTING
+            known.state, known.reason = State.ATTEMPTING, DoubtReason.CRASHED
         elif point == "after_call":
-            known.state = State.ATTEMPTING
+            known.state, known.reason = State.ATTEMPTING, DoubtReason.CRASHED
             known.runs += 1
         elif point == "after_record":
             known.runs += 1
             known.state = State.FAILED if fail else State.SUCCEEDED
             known.value = None if fail else Receipt(key, variant)
+        bury_owners(self.directory / "agent.db")  # the process that owned it is gone
         self.restart()
 
     @rule(key=KEYS, variant=VARIANTS)
@@ -148,7 +152,7 @@ class LedgerMachine(RuleBasedStateMachine):
         finally:
             self.interrupting = False
         known.runs += 1
-        known.state = State.IN_DOUBT
+        known.state, known.reason = State.IN_DOUBT, DoubtReason.INTERRUPTED
 
     @rule()
     def restart(self) -> None:
