@@ -94,6 +94,7 @@ _SCHEMA = (
         step_index INTEGER NOT NULL,
         name       TEXT NOT NULL,
         key        TEXT NOT NULL,
+        compensation TEXT,
         PRIMARY KEY (saga_id, step_index)
     ) WITHOUT ROWID""",
     "CREATE INDEX sagas_by_state ON sagas (state, started_at)",
@@ -515,9 +516,10 @@ class Store:
                 (saga_id,),
             ).fetchone()
             steps = connection.execute(
-                "SELECT key FROM saga_steps WHERE saga_id = ? ORDER BY step_index", (saga_id,)
+                "SELECT key, compensation FROM saga_steps WHERE saga_id = ? ORDER BY step_index",
+                (saga_id,),
             ).fetchall()
-        return None if row is None else _saga_record(row, tuple(key for (key,) in steps))
+        return None if row is None else _saga_record(row, steps)
 
     def list_sagas(self, state: SagaState | None = None) -> list[SagaRecord]:
         """Return every saga, or those in ``state``; stuck rollbacks (COMPENSATING) first."""
@@ -548,17 +550,21 @@ class Store:
             raise StoreError(f"{self._path}: saga {saga_id!r} vanished while starting")
         return saga
 
-    def record_saga_step(self, saga_id: str, index: int, name: str, key: str) -> str:
+    def record_saga_step(
+        self, saga_id: str, index: int, name: str, key: str, compensation: str | None
+    ) -> str:
         """Record that step ``index`` of the saga is ``key``, unless it was recorded already.
+
+        ``compensation`` names the tool that undoes it (None: nothing does).
 
         Returns the key recorded for that index, which differs from ``key`` if an earlier run
         of the saga took other steps.
         """
         with self._errors():
             self._write(
-                "INSERT OR IGNORE INTO saga_steps (saga_id, step_index, name, key) "
-                "VALUES (?, ?, ?, ?)",
-                (saga_id, index, name, key),
+                "INSERT OR IGNORE INTO saga_steps (saga_id, step_index, name, key, compensation) "
+                "VALUES (?, ?, ?, ?, ?)",
+                (saga_id, index, name, key, compensation),
                 sync=False,
             )
             (recorded,) = (
@@ -755,14 +761,15 @@ def _is_current(connection: sqlite3.Connection, path: Path) -> bool:
 _SagaRow: TypeAlias = tuple[str, str, str, str, str | None, str | None]
 
 
-def _saga_record(row: _SagaRow, steps: tuple[str, ...]) -> SagaRecord:
+def _saga_record(row: _SagaRow, steps: list[tuple[str, str | None]]) -> SagaRecord:
     saga_id, state, started_at, updated_at, aborted_step, abort_reason = row
     return SagaRecord(
         saga_id=saga_id,
         state=SagaState(state),
         started_at=datetime.fromisoformat(started_at),
         updated_at=datetime.fromisoformat(updated_at),
-        steps=steps,
+        steps=tuple(key for key, _ in steps),
+        compensations=tuple(compensation for _, compensation in steps),
         aborted_step=aborted_step,
         abort_reason=abort_reason,
     )

@@ -238,7 +238,8 @@ class SagaState(enum.Enum):
 class SagaRecord:
     """A saga's progress in the ledger.
 
-    ``steps`` are the keys of the steps it started, in order. ``aborted_step`` is the key of
+    ``steps`` are the keys of the steps it started, in order, and ``compensations`` the
+    names of the tools that undo them (None: nothing does). ``aborted_step`` is the key of
     the step whose outcome aborted it; ``abort_reason`` says why when the ``with`` block
     raised instead.
     """
@@ -248,6 +249,7 @@ class SagaRecord:
     started_at: datetime
     updated_at: datetime
     steps: tuple[str, ...] = ()
+    compensations: tuple[str | None, ...] = ()
     aborted_step: str | None = None
     abort_reason: str | None = None
 

@@ -9,6 +9,7 @@ short, because the step that aborted it replays its outcome and aborts again.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Concatenate, Self, TypeVar, overload
@@ -18,7 +19,7 @@ import attrs
 from safeact._keys import check_key
 from safeact._ledger import Store, get_store
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
-from safeact._protocol import SagaRecord, SagaState, State
+from safeact._protocol import DoubtReason, Record, SagaRecord, SagaState, State
 from safeact._tool import Compensation, SafeTool
 from safeact.exceptions import KeyConflictError, SafeError
 
@@ -28,6 +29,8 @@ if TYPE_CHECKING:
 __all__ = ["Saga", "SagaFailed"]
 
 T = TypeVar("T")
+
+logger = logging.getLogger("safeact")
 
 
 class SagaFailed(SafeError):  # noqa: N818 - the name users asked for
@@ -43,6 +46,8 @@ class SagaFailed(SafeError):  # noqa: N818 - the name users asked for
         replayed: keys of the steps whose compensation had already run.
         failed: keys of the steps whose compensation failed.
         in_doubt: keys of the steps whose compensation is in doubt.
+        unreached: keys of completed steps whose compensation could not be called: the
+            run that rolled back did not reach them (its block changed or ended early).
         skipped: keys of completed steps that have no compensation.
 
     """
@@ -58,6 +63,7 @@ class SagaFailed(SafeError):  # noqa: N818 - the name users asked for
         replayed: tuple[str, ...] = (),
         failed: tuple[str, ...] = (),
         in_doubt: tuple[str, ...] = (),
+        unreached: tuple[str, ...] = (),
         skipped: tuple[str, ...] = (),
     ) -> None:
         """Report how saga ``saga_id`` was aborted and rolled back."""
@@ -69,6 +75,7 @@ class SagaFailed(SafeError):  # noqa: N818 - the name users asked for
         self.replayed = replayed
         self.failed = failed
         self.in_doubt = in_doubt
+        self.unreached = unreached
         self.skipped = skipped
         cause = _cause(step, outcome, reason)
         rollback = "fully rolled back" if self.fully_rolled_back else "NOT fully rolled back"
@@ -79,6 +86,7 @@ class SagaFailed(SafeError):  # noqa: N818 - the name users asked for
                 ("compensation replayed", replayed),
                 ("compensation FAILED", failed),
                 ("compensation IN DOUBT", in_doubt),
+                ("compensation NOT REACHED", unreached),
                 ("no compensation", skipped),
             ]
             if keys
@@ -88,7 +96,7 @@ class SagaFailed(SafeError):  # noqa: N818 - the name users asked for
     @property
     def fully_rolled_back(self) -> bool:
         """Whether every completed step with a compensation was compensated."""
-        return not self.failed and not self.in_doubt
+        return not self.failed and not self.in_doubt and not self.unreached
 
 
 def _cause(step: str | None, outcome: Failed | InDoubt | None, reason: str | None) -> str:
@@ -141,6 +149,7 @@ class Saga:
         self._completed: list[_Completed] = []
         self._tools: dict[object, SafeTool[..., object]] = {}
         self._refusal: BaseException | None = None
+        self._failure: SagaFailed | None = None
 
     def __enter__(self) -> Self:
         record = self.store.begin_saga(self.saga_id)
@@ -164,13 +173,15 @@ class Saga:
     ) -> None:
         if exc is None:
             if self._state is SagaState.COMPENSATING:
-                raise self._roll_back(reason=None)
+                raise self._roll_back()
             if self._state is SagaState.RUNNING:
                 self.store.move_saga(self.saga_id, SagaState.COMPLETED)
                 self._state = SagaState.COMPLETED
             return
-        if exc is self._refusal or isinstance(exc, SagaFailed) or not isinstance(exc, Exception):
+        if exc is self._refusal or exc is self._failure or not isinstance(exc, Exception):
             return  # misuse refused by step() undoes nothing; an interrupt is not a rollback
+        if self._state in (SagaState.COMPLETED, SagaState.COMPENSATED):
+            return  # a finished saga is not undone by what its re-run does afterwards
         raise self._roll_back(reason=f"{type(exc).__name__}: {exc}") from exc
 
     @overload
@@ -230,18 +241,22 @@ class Saga:
         kwargs: dict[str, object],
         compensate: Compensation | None,
     ) -> object:
+        if self._failure is not None:
+            raise self._failure  # the saga was rolled back in this run: nothing more runs
         index = self._next_index
         self._next_index += 1
         tool = self._tool(fn)
         name = tool.name if isinstance(fn, SafeTool) else getattr(fn, "__name__", tool.name)
-        key = f"{self.saga_id}:{index}:{name}"
+        key = check_key(f"{self.saga_id}:{index}:{name}", "the step key")
+        undo = compensate if compensate is not None else tool.compensate
+        undo_name = None if undo is None else self._tool(undo).name  # refused now, not mid-rollback
         if self._state is SagaState.COMPLETED and index >= len(self._recorded):
             raise KeyConflictError(
                 key,
                 f"is not a step of saga {self.saga_id!r}, which completed with "
                 f"{len(self._recorded)} steps",
             )
-        recorded = self.store.record_saga_step(self.saga_id, index, name, key)
+        recorded = self.store.record_saga_step(self.saga_id, index, name, key, undo_name)
         if recorded != key:
             raise KeyConflictError(
                 key,
@@ -249,12 +264,19 @@ class Saga:
             )
         if self._state is SagaState.COMPENSATING and not _has_run(self.store, key):
             # The ledger says this saga is being rolled back: finish that, start nothing new.
-            raise self._roll_back(reason=None)
+            raise self._roll_back()
         outcome: Outcome[object] = tool(key, *args, **kwargs)
         match outcome:
-            case Succeeded(value=value):
-                undo = compensate if compensate is not None else tool.compensate
-                self._completed.append(_Completed(key, value, undo))
+            case Succeeded(value=value, replayed=replayed):
+                stored = self.store.get(key)
+                if stored is None or stored.state is not State.SUCCEEDED:
+                    # It ran, but its result could not be stored: a replay could not return
+                    # it, so the saga cannot go on. The key is in doubt for an operator.
+                    raise self._roll_back(step=key, outcome=_stored_outcome(self.store, key))
+                # Compensations get the value as stored, the same in every run, so their
+                # arguments match when a rollback is taken up again.
+                kept = value if replayed else tool.replay(stored)
+                self._completed.append(_Completed(key, kept, undo))
                 return value
             case Failed(exception=exception):
                 raise self._roll_back(step=key, outcome=outcome) from exception
@@ -286,41 +308,45 @@ class Saga:
             self.saga_id, SagaState.COMPENSATING, aborted_step=step, abort_reason=reason
         )
         self._state = SagaState.COMPENSATING
-        report: dict[str, list[str]] = {
-            "compensated": [],
-            "replayed": [],
-            "failed": [],
-            "in_doubt": [],
-            "skipped": [],
-        }
-        for done in reversed(self._completed):
-            if done.compensate is None:
-                report["skipped"].append(done.key)
-                continue
-            match self._tool(done.compensate)(f"{done.key}:compensate", done.value):
-                case Succeeded(replayed=False):
-                    report["compensated"].append(done.key)
-                case Succeeded():
-                    report["replayed"].append(done.key)
-                case Failed():
-                    report["failed"].append(done.key)
-                case InDoubt():
-                    report["in_doubt"].append(done.key)
+        saga = self.store.get_saga(self.saga_id)
+        if saga is None:
+            raise SafeError(f"saga {self.saga_id!r} vanished from {self.store.path}")
+        runs = {done.key: done for done in self._completed}
+        failure = _report(
+            self.store, saga, lambda key: self._compensate(runs.get(key)), outcome=outcome
+        )
         final = (
-            SagaState.ROLLBACK_INCOMPLETE
-            if report["failed"] or report["in_doubt"]
-            else SagaState.COMPENSATED
+            SagaState.COMPENSATED if failure.fully_rolled_back else SagaState.ROLLBACK_INCOMPLETE
         )
         self.store.move_saga(self.saga_id, final)
-        self._state = final
-        recorded = self.store.get_saga(self.saga_id)
-        return SagaFailed(
-            self.saga_id,
-            step=recorded.aborted_step if recorded else step,
-            outcome=outcome,
-            reason=recorded.abort_reason if recorded else reason,
-            **{name: tuple(keys) for name, keys in report.items()},
-        )
+        self._state, self._failure = final, failure
+        return failure
+
+    def _compensate(self, done: _Completed | None) -> str | None:  # noqa: PLR0911 - one per kind
+        """Run the compensation of a step completed in this run; say how it went.
+
+        None if the step was not reached in this run (its compensation cannot be called).
+        """
+        if done is None or done.compensate is None:
+            return None
+        undo_key = f"{done.key}:compensate"
+        try:
+            outcome = self._tool(done.compensate)(undo_key, done.value)
+        except Exception:
+            logger.exception("saga %r: the compensation of %r raised", self.saga_id, done.key)
+            return "failed"
+        record = self.store.get(undo_key)
+        match outcome:
+            case Succeeded() if record is None or record.state is not State.SUCCEEDED:
+                return "in_doubt"  # it ran, but its result was not stored
+            case Succeeded(replayed=False):
+                return "compensated"
+            case Succeeded():
+                return "replayed"
+            case Failed():
+                return "failed"
+            case InDoubt():
+                return "in_doubt"
 
 
 def _has_run(store: Store, key: str) -> bool:
@@ -331,32 +357,57 @@ def _has_run(store: Store, key: str) -> bool:
 
 def _failure_from_ledger(store: Store, saga: SagaRecord) -> SagaFailed:
     """Rebuild the report of a saga that was rolled back, from the records of its calls."""
-    report: dict[str, list[str]] = {"replayed": [], "failed": [], "in_doubt": [], "skipped": []}
-    for key in reversed(saga.steps):
+    return _report(store, saga, lambda _: None)
+
+
+def _report(
+    store: Store,
+    saga: SagaRecord,
+    compensate: Callable[[str], str | None],
+    *,
+    outcome: Failed | InDoubt | None = None,
+) -> SagaFailed:
+    """Walk the saga's completed steps newest first and say what became of each undo.
+
+    ``compensate(step_key)`` runs the step's compensation and says how it went, or returns
+    None when it cannot run it, in which case the compensation's record speaks.
+    """
+    report: dict[str, list[str]] = {
+        kind: []
+        for kind in ("compensated", "replayed", "failed", "in_doubt", "unreached", "skipped")
+    }
+    for key, undo in reversed(list(zip(saga.steps, saga.compensations, strict=True))):
         step = store.get(key)
         if step is None or step.state is not State.SUCCEEDED:
             continue
-        compensation = store.get(f"{key}:compensate")
-        if compensation is None:
+        if undo is None:
             report["skipped"].append(key)
-        elif compensation.state is State.SUCCEEDED:
-            report["replayed"].append(key)
-        elif compensation.state is State.FAILED:
-            report["failed"].append(key)
-        else:
-            report["in_doubt"].append(key)
+            continue
+        kind = compensate(key) or _recorded_undo(store.get(f"{key}:compensate"))
+        report[kind].append(key)
     return SagaFailed(
         saga.saga_id,
         step=saga.aborted_step,
-        outcome=_stored_outcome(store, saga.aborted_step),
+        outcome=outcome or _stored_outcome(store, saga.aborted_step),
         reason=saga.abort_reason,
-        **{name: tuple(keys) for name, keys in report.items()},
+        **{kind: tuple(keys) for kind, keys in report.items()},
     )
+
+
+def _recorded_undo(record: Record | None) -> str:
+    """Classify a compensation that this run did not call, by its record."""
+    if record is None or record.state is State.RELEASED:
+        return "unreached"
+    if record.state is State.SUCCEEDED:
+        return "replayed"
+    if record.state is State.FAILED:
+        return "failed"
+    return "in_doubt"
 
 
 def _stored_outcome(store: Store, key: str | None) -> Failed | InDoubt | None:
     record = None if key is None else store.get(key)
-    if record is None:
+    if record is None or record.state is State.SUCCEEDED:
         return None
     if record.state is State.FAILED:
         return Failed(
@@ -366,4 +417,5 @@ def _stored_outcome(store: Store, key: str | None) -> Failed | InDoubt | None:
             record.error_message or "",
             replayed=True,
         )
-    return InDoubt(record.key, record.tool, record.attempted_at, record.args_hash)
+    reason = record.doubt_reason or DoubtReason.CRASHED
+    return InDoubt(record.key, record.tool, record.attempted_at, record.args_hash, reason)

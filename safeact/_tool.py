@@ -152,6 +152,10 @@ class _Guard(Generic[T_co]):
     def _next(self, record: Record | None, digest: str) -> Step:
         return next_step(record, self.name, digest, now=utc_now(), owner_gone=self.store.owner_gone)
 
+    def replay(self, record: Record) -> T_co:
+        """Rebuild the stored result of a SUCCEEDED ``record`` as the return type."""
+        return cast("T_co", decode(record.result, self.return_type, key=record.key, tool=self.name))
+
     def _replay(self, record: Record) -> Outcome[T_co]:
         if record.state is State.FAILED:
             return Failed(
@@ -161,8 +165,7 @@ class _Guard(Generic[T_co]):
                 record.error_message or "",
                 replayed=True,
             )
-        value = decode(record.result, self.return_type, key=record.key, tool=self.name)
-        return Succeeded(record.key, cast("T_co", value), replayed=True)
+        return Succeeded(record.key, self.replay(record), replayed=True)
 
     def _doubt(self, record: Record, reason: DoubtReason) -> InDoubt:
         """Mark a dead owner's attempt IN_DOUBT; return the receipt."""
