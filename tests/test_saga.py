@@ -351,3 +351,118 @@ def test_released_compensation_runs_when_the_saga_is_run_again(store: Store) -> 
         "undo charge s:0:charge:compensate 50",
         "undo send s:1:send:compensate",
     ]
+
+
+def test_compensation_gets_the_stored_value_in_every_run(store: Store) -> None:
+    """An int returned for a float is undone with 100.0, now and when the rollback resumes."""
+    seen: list[object] = []
+
+    def charge(key: str, amount: int) -> float:
+        return amount  # an int where a float is promised: stored and replayed as 100.0
+
+    def refund(key: str, value: float) -> None:
+        seen.append(value)
+
+    def notify(key: str) -> None:
+        return None
+
+    def unnotify(key: str, value: None) -> None:
+        raise RuntimeError("cannot unsend")
+
+    def run() -> None:
+        with Saga("s", store) as saga:
+            saga.step(charge, 100, compensate=refund)
+            saga.step(notify, compensate=unnotify)
+            raise ValueError("agent gave up")
+
+    with pytest.raises(SagaFailed):
+        run()
+    with pytest.raises(SagaFailed) as again:  # ROLLBACK_INCOMPLETE is taken up again
+        run()
+    assert again.value.replayed == ("s:0:charge",)
+    assert again.value.failed == ("s:1:notify",)
+    assert seen == [100.0]
+    assert type(seen[0]) is float
+
+
+def test_another_sagas_failure_still_rolls_this_one_back(store: Store) -> None:
+    """A SagaFailed from a nested saga is an exception in this block like any other."""
+    bank = Bank()
+    with pytest.raises(SagaFailed) as caught, Saga("outer", store) as outer:
+        outer.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
+        with Saga("inner", store) as inner:
+            inner.step(bank.act("fail"), 1)
+            raise RuntimeError("inner gave up")
+    assert caught.value.saga_id == "outer"
+    assert caught.value.compensated == ("outer:0:charge",)
+
+
+def test_completed_saga_is_not_undone_by_a_later_error(store: Store) -> None:
+    """A re-run of a completed saga whose block then raises propagates it; nothing is undone."""
+    bank = Bank()
+    with Saga("s", store) as saga:
+        saga.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
+    with pytest.raises(ConnectionError), Saga("s", store) as saga:
+        saga.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
+        raise ConnectionError("could not print the summary")
+    assert bank.log == ["charge s:0:charge"]
+    saga_record = store.get_saga("s")
+    assert saga_record is not None
+    assert saga_record.state is SagaState.COMPLETED
+
+
+def test_steps_a_resumed_rollback_does_not_reach_are_reported(store: Store) -> None:
+    """A resumed rollback whose block ends before a step cannot undo it: ROLLBACK_INCOMPLETE."""
+    bank = Bank()
+
+    def die_in_second_undo(point: Checkpoint) -> None:
+        if point == "before_claim" and bank.log and bank.log[-1].startswith("undo send"):
+            raise Crash
+
+    with pytest.raises(Crash), checkpoint_hook(die_in_second_undo), Saga("s", store) as saga:
+        saga.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
+        saga.step(bank.act("send"), 1, compensate=bank.undo("send"))
+        raise RuntimeError("abort")
+    with pytest.raises(SagaFailed) as caught, Saga("s", store):
+        raise RuntimeError("abort")  # this run never reaches its steps
+    assert caught.value.unreached == ("s:0:charge",)
+    assert caught.value.replayed == ("s:1:send",)
+    assert not caught.value.fully_rolled_back
+    saga_record = store.get_saga("s")
+    assert saga_record is not None
+    assert saga_record.state is SagaState.ROLLBACK_INCOMPLETE
+    with pytest.raises(SagaFailed) as finished, Saga("s", store) as saga:
+        saga.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
+        raise RuntimeError("abort")
+    assert finished.value.compensated == ("s:0:charge",)
+    assert finished.value.fully_rolled_back
+
+
+def test_compensation_that_cannot_be_a_tool_is_refused_before_the_step(store: Store) -> None:
+    """A compensation without a return annotation is a TypeError before its step runs."""
+    bank = Bank()
+
+    def cancel(key, value):  # type: ignore[no-untyped-def] # noqa: ANN001, ANN202 - the misuse
+        return None
+
+    with pytest.raises(TypeError, match="no return annotation"), Saga("s", store) as saga:
+        saga.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
+        saga.step(bank.act("book"), 1, compensate=cancel)
+    assert bank.log == ["charge s:0:charge"]
+    saga_record = store.get_saga("s")
+    assert saga_record is not None
+    assert saga_record.state is SagaState.RUNNING
+
+
+def test_no_step_runs_after_the_saga_was_rolled_back(store: Store) -> None:
+    """Catching SagaFailed inside the block does not let a later step run."""
+    bank = Bank()
+    bank.failing.add("fast")
+    with Saga("s", store) as saga:
+        saga.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
+        try:
+            saga.step(bank.act("fast"), 1)
+        except SagaFailed:
+            with pytest.raises(SagaFailed):
+                saga.step(bank.act("slow"), 1)
+    assert "slow s:2:slow" not in bank.log
