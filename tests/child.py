@@ -5,7 +5,9 @@ Usage: python tests/child.py LEDGER EFFECTS KEY [--kill-at CHECKPOINT] [--fail] 
 
 --kill-at SIGKILLs this process at that checkpoint of the protocol; --barrier prints
 "ready" and waits for a line on stdin before opening the ledger, so several processes start
-together; --print-default-name prints the name a tool gets without name=.
+together; --print-default-name prints the name a tool gets without name=. --hold makes the
+action print "acting" after its effect and wait for a line on stdin; --slow makes it take
+that many seconds; --lease, --heartbeat and --wait set the store and the tool.
 """
 
 import argparse
@@ -13,6 +15,7 @@ import json
 import os
 import signal
 import sys
+import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
@@ -33,12 +36,17 @@ def main() -> None:
     parser.add_argument("--fail", action="store_true")
     parser.add_argument("--barrier", action="store_true")
     parser.add_argument("--print-default-name", action="store_true")
+    parser.add_argument("--lease", type=float, default=30.0)
+    parser.add_argument("--heartbeat", type=float)
+    parser.add_argument("--wait", type=float, default=5.0)
+    parser.add_argument("--hold", action="store_true")
+    parser.add_argument("--slow", type=float, default=0.0)
     options = parser.parse_args()
 
     if options.barrier:  # before opening: a new ledger is created under contention too
         print("ready", flush=True)
         sys.stdin.readline()
-    store = get_store(options.ledger)
+    store = get_store(options.ledger, lease=options.lease, heartbeat=options.heartbeat)
 
     if options.print_default_name:
 
@@ -48,9 +56,13 @@ def main() -> None:
         print(safe(store)(probe).name)
         return
 
-    @safe(store, name="tests.charge")
+    @safe(store, name="tests.charge", wait=options.wait)
     def charge(key: str, to: str, amount: int) -> Receipt:
         record_effect(options.effects, key)
+        if options.hold:  # the owner acted; it goes on when the test says so
+            print("acting", flush=True)
+            sys.stdin.readline()
+        time.sleep(options.slow)  # a slow action, longer than its lease
         if options.fail:
             raise RuntimeError("card declined")
         return Receipt(to, amount)
@@ -68,8 +80,8 @@ def describe(outcome: Outcome[Receipt]) -> dict[str, object]:
     match outcome:
         case Succeeded(value=value, replayed=replayed):
             return {"kind": "Succeeded", "replayed": replayed, "value": attrs.asdict(value)}
-        case InDoubt(key=key, tool=tool):
-            return {"kind": "InDoubt", "key": key, "tool": tool}
+        case InDoubt(key=key, tool=tool, reason=reason):
+            return {"kind": "InDoubt", "key": key, "tool": tool, "reason": reason.value}
         case Failed(error_type=error_type, message=message, replayed=replayed):
             return {"kind": "Failed", "replayed": replayed, "error": f"{error_type}: {message}"}
 

@@ -17,7 +17,12 @@ SUCCEEDED_NOW: dict[str, object] = {
     "value": {"to": "a@example.com", "amount": 50},
 }
 SUCCEEDED_REPLAY: dict[str, object] = {**SUCCEEDED_NOW, "replayed": True}
-IN_DOUBT: dict[str, object] = {"kind": "InDoubt", "key": KEY, "tool": "tests.charge"}
+IN_DOUBT: dict[str, object] = {
+    "kind": "InDoubt",
+    "key": KEY,
+    "tool": "tests.charge",
+    "reason": "crashed",
+}
 FAILED_REPLAY: dict[str, object] = {
     "kind": "Failed",
     "replayed": True,
