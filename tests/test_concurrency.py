@@ -25,30 +25,34 @@ def kind(outcome: Outcome[object]) -> str:
             return "failed"
 
 
-def call_together(tool: SafeTool[[int], Receipt], threads: int) -> list[Outcome[Receipt]]:
-    """Call ``tool`` on KEY from ``threads`` threads released at once; fail on any exception."""
+def call_together(
+    tool: SafeTool[[int], Receipt], threads: int, keys: list[str]
+) -> list[tuple[str, Outcome[Receipt]]]:
+    """Release ``threads`` threads at once, each calling every key (in its own order)."""
     start = threading.Barrier(threads)
-    outcomes: list[Outcome[Receipt]] = []
+    outcomes: list[tuple[str, Outcome[Receipt]]] = []
     errors: list[BaseException] = []
 
-    def call() -> None:
+    def call(offset: int) -> None:
         start.wait()
         try:
-            outcomes.append(tool(KEY, 50))
+            for index in range(len(keys)):
+                key = keys[(index + offset) % len(keys)]
+                outcomes.append((key, tool(key, 50)))
         except BaseException as exc:  # noqa: BLE001 - surfaced by the assertion below
             errors.append(exc)
 
-    workers = [threading.Thread(target=call) for _ in range(threads)]
+    workers = [threading.Thread(target=call, args=(n,)) for n in range(threads)]
     for worker in workers:
         worker.start()
     for worker in workers:
         worker.join()
-    assert errors == []
+    assert errors == []  # no "database is locked", nor anything else
     return outcomes
 
 
 def charge_tool(store: Store, effects: Path) -> SafeTool[[int], Receipt]:
-    @safe(store)
+    @safe(store, wait=60)
     def charge(key: str, amount: int) -> Receipt:
         record_effect(effects, key)
         return Receipt("a@b.c", amount)
@@ -56,13 +60,25 @@ def charge_tool(store: Store, effects: Path) -> SafeTool[[int], Receipt]:
     return charge
 
 
-def test_sixteen_threads_on_one_key_run_it_once(store: Store, tmp_path: Path) -> None:
-    """16 threads released together on one key: one runs it, none fails, the rest learn of it."""
+def test_thirty_two_threads_on_one_key_run_it_once_and_all_get_its_result(
+    store: Store, tmp_path: Path
+) -> None:
+    """32 threads at once on one key: one runs it, the 31 others wait and replay its result."""
     effects = tmp_path / "effects"
-    kinds = Counter(kind(o) for o in call_together(charge_tool(store, effects), 16))
-    assert kinds["ran"] == 1
-    assert kinds["ran"] + kinds["replayed"] + kinds["in doubt"] == 16
+    outcomes = call_together(charge_tool(store, effects), 32, [KEY])
+    assert Counter(kind(outcome) for _, outcome in outcomes) == {"ran": 1, "replayed": 31}
     assert count_effects(effects, KEY) == 1
+
+
+def test_thirty_two_threads_on_eight_keys_run_each_once(store: Store, tmp_path: Path) -> None:
+    """32 threads at once over 8 keys: each key runs once; every other call replays it."""
+    effects = tmp_path / "effects"
+    keys = [f"key-{n}" for n in range(8)]
+    outcomes = call_together(charge_tool(store, effects), 32, keys)
+    for key in keys:
+        kinds = Counter(kind(outcome) for called, outcome in outcomes if called == key)
+        assert kinds == {"ran": 1, "replayed": 31}
+        assert count_effects(effects, key) == 1
 
 
 def test_sixteen_threads_on_a_released_key_run_it_once_more(store: Store, tmp_path: Path) -> None:
@@ -72,9 +88,8 @@ def test_sixteen_threads_on_a_released_key_run_it_once_more(store: Store, tmp_pa
     digest = args_hash(charge._signature, (50,), {})
     store.claim(KEY, charge.name, digest, attempt_id="dead", previous=None)
     store.resolve(KEY, happened=False)
-    kinds = Counter(kind(o) for o in call_together(charge, 16))
-    assert kinds["ran"] == 1
-    assert kinds["ran"] + kinds["replayed"] + kinds["in doubt"] == 16
+    outcomes = call_together(charge, 16, [KEY])
+    assert Counter(kind(outcome) for _, outcome in outcomes) == {"ran": 1, "replayed": 15}
     assert count_effects(effects, KEY) == 1
 
 
@@ -104,20 +119,28 @@ def released_together(commands: list[list[str]]) -> list[dict[str, object]]:
     ]
 
 
-def test_four_processes_on_one_key_run_it_once(tmp_path: Path) -> None:
-    """4 processes released together on one new ledger and key: the action runs once."""
+def test_eight_processes_on_one_key_run_it_once_and_all_get_its_result(tmp_path: Path) -> None:
+    """8 processes at once on one new ledger and key: one runs it, 7 wait and replay it."""
     ledger, effects = tmp_path / "agent.db", tmp_path / "effects"
     results = released_together(
-        [child_command(ledger, effects, KEY, "--barrier") for _ in range(4)]
+        [child_command(ledger, effects, KEY, "--barrier", "--wait", "60") for _ in range(8)]
     )
-    kinds = Counter(
-        "ran" if r == {**r, "kind": "Succeeded", "replayed": False} else str(r["kind"])
-        for r in results
-    )
-    assert kinds["ran"] == 1
-    assert sum(kinds.values()) == 4
-    assert set(kinds) <= {"ran", "Succeeded", "InDoubt"}
+    assert Counter((r["kind"], r["replayed"]) for r in results) == {
+        ("Succeeded", False): 1,
+        ("Succeeded", True): 7,
+    }
     assert count_effects(effects, KEY) == 1
+
+
+def test_eight_processes_on_four_keys_run_each_once(tmp_path: Path) -> None:
+    """8 processes at once, two per key: each key runs once, its twin replays it."""
+    ledger, effects = tmp_path / "agent.db", tmp_path / "effects"
+    keys = [f"key-{n % 4}" for n in range(8)]
+    results = released_together(
+        [child_command(ledger, effects, key, "--barrier", "--wait", "60") for key in keys]
+    )
+    assert Counter(bool(r["replayed"]) for r in results) == {False: 4, True: 4}
+    assert [count_effects(effects, f"key-{n}") for n in range(4)] == [1, 1, 1, 1]
 
 
 def test_eight_processes_create_one_new_ledger_at_once(tmp_path: Path) -> None:

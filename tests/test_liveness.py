@@ -41,8 +41,7 @@ def test_killed_owner_is_in_doubt_at_once_as_crashed(tmp_path: Path) -> None:
 def test_frozen_owner_past_its_lease_is_in_doubt_and_its_late_success_still_lands(
     tmp_path: Path,
 ) -> None:
-    """An owner SIGSTOPped past its lease: callers get InDoubt (lease expired); once thawed,
-    the owner's own success replaces the doubt and is replayed."""
+    """A frozen owner's lease runs out (InDoubt, lease expired); thawed, its success lands."""
     owner = start_owner(tmp_path, "--lease", "1", "--heartbeat", "0.2")
     try:
         os.kill(owner.pid, signal.SIGSTOP)
