@@ -1,0 +1,144 @@
+"""Async tools: the same guarantees under asyncio, and a ledger that does not stall the loop."""
+
+import asyncio
+import sqlite3
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from safeact import (
+    AsyncSafeTool,
+    DoubtReason,
+    Failed,
+    InDoubt,
+    Outcome,
+    State,
+    Store,
+    Succeeded,
+    _ledger,
+    safe,
+)
+from tests.actions import Receipt
+
+
+def charge_tool(store: Store, runs: list[str]) -> AsyncSafeTool[[int], Receipt]:
+    @safe(store, wait=60)
+    async def charge(key: str, amount: int) -> Receipt:
+        runs.append(key)
+        await asyncio.sleep(0)  # let the other tasks in while this one owns the key
+        return Receipt("a@b.c", amount)
+
+    return charge
+
+
+def test_async_tool_runs_once_then_replays(store: Store) -> None:
+    """Await tool(key, ...) runs the coroutine once; a second await replays its result."""
+    runs: list[str] = []
+    charge = charge_tool(store, runs)
+
+    async def twice() -> list[Outcome[Receipt]]:
+        return [await charge("k", 5), await charge("k", 5)]
+
+    assert asyncio.run(twice()) == [
+        Succeeded("k", Receipt("a@b.c", 5)),
+        Succeeded("k", Receipt("a@b.c", 5), replayed=True),
+    ]
+    assert runs == ["k"]
+
+
+def test_async_failure_is_recorded_and_replayed(store: Store) -> None:
+    """A raising coroutine gives Failed with the live exception, then the stored Failed."""
+
+    @safe(store, name="decline")
+    async def decline(key: str) -> None:
+        raise ValueError("declined")
+
+    async def twice() -> tuple[Outcome[None], Outcome[None]]:
+        return await decline("k"), await decline("k")
+
+    first, second = asyncio.run(twice())
+    assert first == Failed("k", "decline", "ValueError", "declined")
+    assert isinstance(first, Failed)
+    assert isinstance(first.exception, ValueError)
+    assert second == Failed("k", "decline", "ValueError", "declined", replayed=True)
+
+
+@pytest.mark.parametrize("keys", [1, 10])
+def test_two_hundred_tasks_run_each_key_once(store: Store, keys: int) -> None:
+    """200 concurrent tasks over one key or ten: each key runs once, every other call replays."""
+    runs: list[str] = []
+    charge = charge_tool(store, runs)
+
+    async def crowd() -> list[Outcome[Receipt]]:
+        return await asyncio.gather(*(charge(f"k{n % keys}", 5) for n in range(200)))
+
+    outcomes = asyncio.run(crowd())
+    kinds = Counter(
+        "ran" if isinstance(o, Succeeded) and not o.replayed else type(o).__name__ for o in outcomes
+    )
+    assert kinds == {"ran": keys, "Succeeded": 200 - keys}
+    assert sorted(runs) == sorted(f"k{n}" for n in range(keys))
+
+
+def test_cancelled_task_leaves_the_key_in_doubt(store: Store) -> None:
+    """Cancelling the task while the action runs propagates; the key is IN_DOUBT (interrupted)."""
+    started = asyncio.Event()
+    runs: list[str] = []
+
+    @safe(store)
+    async def transfer(key: str) -> int:
+        runs.append(key)
+        started.set()
+        await asyncio.Event().wait()  # never set: runs until cancelled
+        return 1
+
+    async def cancel_midway() -> Outcome[int]:
+        task = asyncio.create_task(transfer("k"))
+        await started.wait()
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return await transfer("k")
+
+    outcome = asyncio.run(cancel_midway())
+    assert isinstance(outcome, InDoubt)
+    assert outcome.reason is DoubtReason.INTERRUPTED
+    record = store.get("k")
+    assert record is not None
+    assert (record.state, record.doubt_reason) == (State.IN_DOUBT, DoubtReason.INTERRUPTED)
+    assert runs == ["k"]
+
+
+def test_ledger_work_does_not_stall_the_event_loop(
+    store: Store, ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a call waits for a locked ledger, other tasks keep running on the loop.
+
+    Another connection holds the write lock until a ticker task has ticked: if the ledger's
+    blocking work ran on the loop, the ticker could never tick, and the call would give up.
+    """
+    monkeypatch.setattr(_ledger, "BUSY_TIMEOUT", 5.0)
+    runs: list[str] = []
+    charge = charge_tool(store, runs)
+    blocker = sqlite3.connect(ledger, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+
+    async def ticker(ticks: list[int]) -> None:
+        for tick in range(5):
+            ticks.append(tick)
+            await asyncio.sleep(0)
+        blocker.execute("COMMIT")
+
+    async def both() -> Outcome[Receipt]:
+        ticks: list[int] = []
+        call = asyncio.create_task(charge("k", 5))
+        await ticker(ticks)
+        outcome = await call
+        assert ticks == [0, 1, 2, 3, 4]
+        return outcome
+
+    try:
+        assert asyncio.run(both()) == Succeeded("k", Receipt("a@b.c", 5))
+    finally:
+        blocker.close()
