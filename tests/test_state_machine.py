@@ -3,6 +3,7 @@
 import shutil
 import tempfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import get_args
 
@@ -46,6 +47,7 @@ class Expected:
     runs: int = 0
     releases: int = 0
     reason: DoubtReason | None = None
+    late: int = 0
 
 
 class LedgerMachine(RuleBasedStateMachine):
@@ -55,14 +57,18 @@ class LedgerMachine(RuleBasedStateMachine):
         self.runs: Counter[str] = Counter()  # side effects, kept outside the store
         self.model: dict[str, Expected] = {}
         self.interrupting = False
+        self.during: Callable[[str], None] | None = None  # runs inside the action, once
         self.open()
 
     def open(self) -> None:
         self.store = get_store(self.directory / "agent.db")
 
-        @safe(self.store, name="act")
+        @safe(self.store, name="act", wait=0)
         def act(key: str, variant: int, fail: bool) -> Receipt:
             self.runs[key] += 1
+            during, self.during = self.during, None
+            if during is not None:
+                during(key)
             if self.interrupting:
                 raise KeyboardInterrupt
             if fail:
@@ -154,6 +160,45 @@ class LedgerMachine(RuleBasedStateMachine):
         known.runs += 1
         known.state, known.reason = State.IN_DOUBT, DoubtReason.INTERRUPTED
 
+    @rule(key=KEYS, variant=VARIANTS)
+    def concurrent_caller(self, key: str, variant: int) -> None:
+        """A second caller arrives while the owner runs: in flight, nothing marked or re-run."""
+        known = self.expected(key, variant, fail=False)
+        if known is None or known.state not in (None, State.RELEASED):
+            return
+        seen: list[object] = []
+
+        def second_caller(running: str) -> None:
+            seen.append(self.act(running, variant, False))  # noqa: FBT003
+
+        self.during = second_caller
+        outcome = self.act(key, variant, False)  # noqa: FBT003
+        assert len(seen) == 1
+        assert isinstance(seen[0], InDoubt)
+        assert seen[0].reason is DoubtReason.IN_FLIGHT
+        assert outcome == Succeeded(key, Receipt(key, variant))
+        known.runs += 1
+        known.state, known.value = State.SUCCEEDED, Receipt(key, variant)
+
+    @rule(key=KEYS, variant=VARIANTS)
+    def late_completion(self, key: str, variant: int) -> None:
+        """A running attempt is released and run again; the first completion is kept as late."""
+        known = self.expected(key, variant, fail=False)
+        if known is None or known.state not in (None, State.RELEASED):
+            return
+
+        def release_and_rerun(running: str) -> None:
+            self.store.resolve(running, happened=False)
+            again = self.act(running, variant, False)  # noqa: FBT003
+            assert again == Succeeded(running, Receipt(running, variant))
+
+        self.during = release_and_rerun
+        assert self.act(key, variant, False) == Succeeded(key, Receipt(key, variant))  # noqa: FBT003
+        known.runs += 2
+        known.releases += 1
+        known.late += 1
+        known.state, known.value = State.SUCCEEDED, Receipt(key, variant)
+
     @rule()
     def restart(self) -> None:
         self.store.close()
@@ -187,6 +232,11 @@ class LedgerMachine(RuleBasedStateMachine):
         for key, known in self.model.items():
             record = self.store.get(key)
             assert (record.state if record else None) is known.state
+
+    @invariant()
+    def every_late_completion_is_recorded(self) -> None:
+        for key, known in self.model.items():
+            assert len(self.store.late_completions(key)) == known.late
 
     @invariant()
     def each_action_ran_at_most_once_per_release(self) -> None:
