@@ -9,10 +9,23 @@ short, because the step that aborted it replays its outcome and aborts again.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import inspect
 import logging
 import os
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Concatenate, Self, TypeVar, overload
+from collections.abc import Callable, Coroutine
+from typing import (
+    TYPE_CHECKING,
+    Any,
+    Concatenate,
+    Literal,
+    Self,
+    TypeAlias,
+    TypeVar,
+    cast,
+    overload,
+)
 
 import attrs
 
@@ -20,10 +33,11 @@ from safeact._keys import check_key
 from safeact._ledger import Store, get_store
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
 from safeact._protocol import DoubtReason, Record, SagaRecord, SagaState, State
-from safeact._tool import Compensation, SafeTool
+from safeact._tool import AsyncSafeTool, Compensation, SafeTool, safe
 from safeact.exceptions import KeyConflictError, SafeError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
     from types import TracebackType
 
 __all__ = ["Saga", "SagaFailed"]
@@ -118,21 +132,44 @@ class _Completed:
     compensate: Compensation | None
 
 
+@attrs.frozen
+class _Pending:
+    """A step about to be called: its tool and key, and whether the saga must roll back first."""
+
+    tool: SafeTool[..., object] | AsyncSafeTool[..., object]
+    key: str
+    compensate: Compensation | None
+    resume_rollback: bool
+
+
+@attrs.frozen
+class _Abort:
+    """The step's outcome aborts the saga."""
+
+    step: str
+    outcome: Failed | InDoubt | None
+    cause: BaseException | None
+
+
+_Tool: TypeAlias = "SafeTool[..., object] | AsyncSafeTool[..., object]"
+
+
 class Saga:
     """Run several guarded steps; if one aborts, compensate the completed ones in reverse.
 
-    Use as ``with Saga(saga_id, store) as s: value = s.step(fn, *args, compensate=undo)``.
+    Use as ``with Saga(saga_id, store) as s: value = s.step(fn, *args, compensate=undo)``,
+    or, with async steps, ``async with Saga(...) as s: value = await s.step(afn, ...)``.
     A step that returns ``Failed`` or ``InDoubt``, or an ``Exception`` raised in the block,
     aborts the saga: its completed steps that have a compensation are compensated, newest
     first, and ``SagaFailed`` is raised. Re-running a saga whose rollback was incomplete
     takes the rollback up again (a compensation an operator released then runs). An
-    interrupt (a ``BaseException`` that is not an
-    ``Exception``) propagates without a rollback; the saga stays RUNNING and a re-run
-    carries on. Run one saga id in one process at a time.
+    interrupt (a ``BaseException`` that is not an ``Exception``) propagates without a
+    rollback; the saga stays as it was and a re-run carries on. Run one saga id in one
+    process at a time.
 
     Raises:
-        SagaFailed: from ``with`` if the saga was fully rolled back before (nothing runs), from
-            ``step`` when a step aborts it, and from the block's end when the block raised.
+        SagaFailed: from ``with`` if the saga was fully rolled back before (nothing runs),
+            from ``step`` when a step aborts it, and from the block's end when it raised.
         KeyConflictError: a re-run takes other steps than the ledger recorded; nothing new
             runs and nothing is compensated.
 
@@ -141,13 +178,12 @@ class Saga:
     def __init__(self, saga_id: str, store: str | os.PathLike[str] | Store) -> None:
         """Open the ledger and name the saga; nothing is recorded until ``with`` starts."""
         self.saga_id = check_key(saga_id, "the saga id")
-        self.saga_id = saga_id
         self.store = store if isinstance(store, Store) else get_store(store)
         self._state = SagaState.RUNNING
         self._recorded: tuple[str, ...] = ()
         self._next_index = 0
         self._completed: list[_Completed] = []
-        self._tools: dict[object, SafeTool[..., object]] = {}
+        self._tools: dict[object, _Tool] = {}
         self._refusal: BaseException | None = None
         self._failure: SagaFailed | None = None
 
@@ -165,24 +201,62 @@ class Saga:
         self._recorded = record.steps
         return self
 
+    async def __aenter__(self) -> Self:
+        return await asyncio.to_thread(self.__enter__)
+
     def __exit__(
         self,
         exc_type: type[BaseException] | None,
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        match self._ending(exc):
+            case "complete":
+                self._complete()
+            case "roll back":
+                raise self._roll_back(reason=_reason(exc)) from exc
+            case None:
+                return
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        match self._ending(exc):
+            case "complete":
+                await asyncio.to_thread(self._complete)
+            case "roll back":
+                raise await self._roll_back_async(reason=_reason(exc)) from exc
+            case None:
+                return
+
+    def _ending(self, exc: BaseException | None) -> Literal["complete", "roll back"] | None:
+        """Decide what the end of the block does, given the exception that ended it."""
         if exc is None:
             if self._state is SagaState.COMPENSATING:
-                raise self._roll_back()
-            if self._state is SagaState.RUNNING:
-                self.store.move_saga(self.saga_id, SagaState.COMPLETED)
-                self._state = SagaState.COMPLETED
-            return
+                return "roll back"  # the ledger says it is being undone: finish that
+            return "complete" if self._state is SagaState.RUNNING else None
         if exc is self._refusal or exc is self._failure or not isinstance(exc, Exception):
-            return  # misuse refused by step() undoes nothing; an interrupt is not a rollback
+            return None  # misuse refused by step() undoes nothing; an interrupt is no rollback
         if self._state in (SagaState.COMPLETED, SagaState.COMPENSATED):
-            return  # a finished saga is not undone by what its re-run does afterwards
-        raise self._roll_back(reason=f"{type(exc).__name__}: {exc}") from exc
+            return None  # a finished saga is not undone by what its re-run does afterwards
+        return "roll back"
+
+    def _complete(self) -> None:
+        self.store.move_saga(self.saga_id, SagaState.COMPLETED)
+        self._state = SagaState.COMPLETED
+
+    @overload
+    def step(
+        self,
+        fn: AsyncSafeTool[..., T],
+        /,
+        *args: object,
+        compensate: Callable[[str, T], object] | None = None,
+        **kwargs: object,
+    ) -> Coroutine[Any, Any, T]: ...
 
     @overload
     def step(
@@ -197,6 +271,16 @@ class Saga:
     @overload
     def step(
         self,
+        fn: Callable[Concatenate[str, ...], Coroutine[Any, Any, T]],
+        /,
+        *args: object,
+        compensate: Callable[[str, T], object] | None = None,
+        **kwargs: object,
+    ) -> Coroutine[Any, Any, T]: ...
+
+    @overload
+    def step(
+        self,
         fn: Callable[Concatenate[str, ...], T],
         /,
         *args: object,
@@ -206,7 +290,7 @@ class Saga:
 
     def step(
         self,
-        fn: SafeTool[..., object] | Callable[..., object],
+        fn: Callable[..., object],
         /,
         *args: object,
         compensate: Callable[[str, T], object] | None = None,
@@ -216,37 +300,78 @@ class Saga:
 
         The key is ``{saga_id}:{index}:{name}``; ``fn`` is a plain function taking the key
         first or a tool made with ``safe``, whose own ``compensate`` is used when
-        ``compensate`` is None. The arguments are not checked by type checkers (a keyword
-        named ``compensate`` cannot reach ``fn``); the return type is.
+        ``compensate`` is None. An ``async def`` function or an async tool gives a
+        coroutine to await, in an ``async with`` block. The arguments are not checked by
+        type checkers (a keyword named ``compensate`` cannot reach ``fn``); the return type
+        is.
 
         Raises:
             SagaFailed: the step returned ``Failed`` or ``InDoubt``; the saga was rolled back.
             KeyConflictError: an earlier run of this saga took another step here, or the
                 step's arguments differ from that run's. Nothing runs or is compensated.
-            TypeError, ValueError, StoreError: as for a guarded call; nothing is compensated.
+            TypeError, ValueError, StoreError: as for a guarded call, or the compensation
+                cannot be a tool; raised before the step runs, and nothing is compensated.
 
         """
+        if isinstance(fn, AsyncSafeTool) or inspect.iscoroutinefunction(fn):
+            return self._step_async(fn, args, kwargs, compensate)
+        with self._refusing():
+            pending = self._begin_step(fn, compensate)
+            if pending.resume_rollback:
+                raise self._roll_back()
+            outcome = _call_sync(pending.tool, pending.key, args, kwargs)
+        settled = self._settle_step(pending, outcome)
+        if isinstance(settled, _Abort):
+            raise self._roll_back(step=settled.step, outcome=settled.outcome) from settled.cause
+        return settled
+
+    async def _step_async(
+        self,
+        fn: Callable[..., object],
+        args: tuple[object, ...],
+        kwargs: dict[str, object],
+        compensate: Compensation | None,
+    ) -> object:
+        with self._refusing():
+            pending = await asyncio.to_thread(self._begin_step, fn, compensate)
+            if pending.resume_rollback:
+                raise await self._roll_back_async()
+            outcome = await _call(pending.tool, pending.key, args, kwargs)
+        settled = await asyncio.to_thread(self._settle_step, pending, outcome)
+        if isinstance(settled, _Abort):
+            failure = await self._roll_back_async(step=settled.step, outcome=settled.outcome)
+            raise failure from settled.cause
+        return settled
+
+    @contextlib.contextmanager
+    def _refusing(self) -> Iterator[None]:
+        """Mark what step() raises, short of running the action, as a refusal: no rollback."""
         try:
-            return self._step(fn, args, kwargs, compensate)
+            yield
         except SagaFailed:
             raise
         except Exception as exc:
             self._refusal = exc
             raise
 
-    def _step(
-        self,
-        fn: SafeTool[..., object] | Callable[..., object],
-        args: tuple[object, ...],
-        kwargs: dict[str, object],
-        compensate: Compensation | None,
-    ) -> object:
+    def _begin_step(self, fn: Callable[..., object], compensate: Compensation | None) -> _Pending:
+        """Check the step against the ledger and record it; nothing runs here.
+
+        Raises:
+            SagaFailed: the saga was already rolled back in this run.
+            KeyConflictError, TypeError, ValueError, StoreError: see ``step``.
+
+        """
         if self._failure is not None:
             raise self._failure  # the saga was rolled back in this run: nothing more runs
         index = self._next_index
         self._next_index += 1
         tool = self._tool(fn)
-        name = tool.name if isinstance(fn, SafeTool) else getattr(fn, "__name__", tool.name)
+        name = (
+            tool.name
+            if isinstance(fn, SafeTool | AsyncSafeTool)
+            else getattr(fn, "__name__", tool.name)
+        )
         key = check_key(f"{self.saga_id}:{index}:{name}", "the step key")
         undo = compensate if compensate is not None else tool.compensate
         undo_name = None if undo is None else self._tool(undo).name  # refused now, not mid-rollback
@@ -262,38 +387,40 @@ class Saga:
                 key,
                 f"is not step {index} of saga {self.saga_id!r}: an earlier run took {recorded!r}",
             )
-        if self._state is SagaState.COMPENSATING and not _has_run(self.store, key):
-            # The ledger says this saga is being rolled back: finish that, start nothing new.
-            raise self._roll_back()
-        outcome: Outcome[object] = tool(key, *args, **kwargs)
+        # The ledger says this saga is being rolled back: finish that, start nothing new.
+        resume = self._state is SagaState.COMPENSATING and not _has_run(self.store, key)
+        return _Pending(tool, key, undo, resume_rollback=resume)
+
+    def _settle_step(self, pending: _Pending, outcome: Outcome[object]) -> object:
+        """Return the step's value, or the ``_Abort`` its outcome calls for."""
         match outcome:
             case Succeeded(value=value, replayed=replayed):
-                stored = self.store.get(key)
+                stored = self.store.get(pending.key)
                 if stored is None or stored.state is not State.SUCCEEDED:
                     # It ran, but its result could not be stored: a replay could not return
                     # it, so the saga cannot go on. The key is in doubt for an operator.
-                    raise self._roll_back(step=key, outcome=_stored_outcome(self.store, key))
+                    return _Abort(pending.key, _stored_outcome(self.store, pending.key), None)
                 # Compensations get the value as stored, the same in every run, so their
                 # arguments match when a rollback is taken up again.
-                kept = value if replayed else tool.replay(stored)
-                self._completed.append(_Completed(key, kept, undo))
+                kept = value if replayed else pending.tool.replay(stored)
+                self._completed.append(_Completed(pending.key, kept, pending.compensate))
                 return value
             case Failed(exception=exception):
-                raise self._roll_back(step=key, outcome=outcome) from exception
+                return _Abort(pending.key, outcome, exception)
             case InDoubt():
-                raise self._roll_back(step=key, outcome=outcome)
+                return _Abort(pending.key, outcome, None)
 
-    def _tool(self, fn: SafeTool[..., object] | Callable[..., object]) -> SafeTool[..., object]:
-        if isinstance(fn, SafeTool):
+    def _tool(self, fn: Callable[..., object]) -> _Tool:
+        if isinstance(fn, SafeTool | AsyncSafeTool):
             if fn.store.path.resolve() != self.store.path.resolve():
                 raise ValueError(
                     f"{fn.name} keeps its ledger in {fn.store.path}, but saga {self.saga_id!r} "
                     f"keeps its in {self.store.path}: make the tool with safe(saga.store)"
                 )
-            tool: SafeTool[..., object] = fn
+            tool: _Tool = fn
             return tool
         if fn not in self._tools:
-            self._tools[fn] = SafeTool(fn, self.store)
+            self._tools[fn] = safe(self.store)(fn)
         return self._tools[fn]
 
     def _roll_back(
@@ -304,6 +431,25 @@ class Saga:
         reason: str | None = None,
     ) -> SagaFailed:
         """Compensate the completed steps, newest first, and report how it went."""
+        saga = self._begin_rollback(step, reason)
+        kinds = {done.key: self._compensate(done) for done in self._to_undo(saga)}
+        return self._end_rollback(saga, kinds, outcome)
+
+    async def _roll_back_async(
+        self,
+        *,
+        step: str | None = None,
+        outcome: Failed | InDoubt | None = None,
+        reason: str | None = None,
+    ) -> SagaFailed:
+        """Like ``_roll_back``, awaiting async compensations and keeping the loop free."""
+        saga = await asyncio.to_thread(self._begin_rollback, step, reason)
+        kinds = {}
+        for done in await asyncio.to_thread(self._to_undo, saga):
+            kinds[done.key] = await self._compensate_async(done)
+        return await asyncio.to_thread(self._end_rollback, saga, kinds, outcome)
+
+    def _begin_rollback(self, step: str | None, reason: str | None) -> SagaRecord:
         self.store.move_saga(
             self.saga_id, SagaState.COMPENSATING, aborted_step=step, abort_reason=reason
         )
@@ -311,10 +457,17 @@ class Saga:
         saga = self.store.get_saga(self.saga_id)
         if saga is None:
             raise SafeError(f"saga {self.saga_id!r} vanished from {self.store.path}")
-        runs = {done.key: done for done in self._completed}
-        failure = _report(
-            self.store, saga, lambda key: self._compensate(runs.get(key)), outcome=outcome
-        )
+        return saga
+
+    def _to_undo(self, saga: SagaRecord) -> list[_Completed]:
+        """The steps of this run to compensate, newest first (by the ledger's order)."""
+        runs = {done.key: done for done in self._completed if done.compensate is not None}
+        return [runs[key] for key in reversed(saga.steps) if key in runs]
+
+    def _end_rollback(
+        self, saga: SagaRecord, kinds: dict[str, str], outcome: Failed | InDoubt | None
+    ) -> SagaFailed:
+        failure = _report(self.store, saga, kinds.get, outcome=outcome)
         final = (
             SagaState.COMPENSATED if failure.fully_rolled_back else SagaState.ROLLBACK_INCOMPLETE
         )
@@ -322,31 +475,63 @@ class Saga:
         self._state, self._failure = final, failure
         return failure
 
-    def _compensate(self, done: _Completed | None) -> str | None:  # noqa: PLR0911 - one per kind
-        """Run the compensation of a step completed in this run; say how it went.
-
-        None if the step was not reached in this run (its compensation cannot be called).
-        """
-        if done is None or done.compensate is None:
-            return None
+    def _compensate(self, done: _Completed) -> str:
+        """Run the compensation of a step completed in this run; say how it went."""
         undo_key = f"{done.key}:compensate"
         try:
-            outcome = self._tool(done.compensate)(undo_key, done.value)
+            tool = self._tool(cast("Callable[..., object]", done.compensate))
+            outcome = _call_sync(tool, undo_key, (done.value,), {})
         except Exception:
             logger.exception("saga %r: the compensation of %r raised", self.saga_id, done.key)
             return "failed"
-        record = self.store.get(undo_key)
-        match outcome:
-            case Succeeded() if record is None or record.state is not State.SUCCEEDED:
-                return "in_doubt"  # it ran, but its result was not stored
-            case Succeeded(replayed=False):
-                return "compensated"
-            case Succeeded():
-                return "replayed"
-            case Failed():
-                return "failed"
-            case InDoubt():
-                return "in_doubt"
+        return _undo_kind(outcome, self.store.get(undo_key))
+
+    async def _compensate_async(self, done: _Completed) -> str:
+        undo_key = f"{done.key}:compensate"
+        try:
+            tool = self._tool(cast("Callable[..., object]", done.compensate))
+            outcome = await _call(tool, undo_key, (done.value,), {})
+        except Exception:
+            logger.exception("saga %r: the compensation of %r raised", self.saga_id, done.key)
+            return "failed"
+        return _undo_kind(outcome, await asyncio.to_thread(self.store.get, undo_key))
+
+
+def _reason(exc: BaseException | None) -> str:
+    return f"{type(exc).__name__}: {exc}"
+
+
+def _call_sync(
+    tool: _Tool, key: str, args: tuple[object, ...], kwargs: dict[str, object]
+) -> Outcome[object]:
+    """Call a tool from synchronous code; an async one runs in a fresh event loop."""
+    if isinstance(tool, AsyncSafeTool):
+        return asyncio.run(tool(key, *args, **kwargs))
+    return tool(key, *args, **kwargs)
+
+
+async def _call(
+    tool: _Tool, key: str, args: tuple[object, ...], kwargs: dict[str, object]
+) -> Outcome[object]:
+    """Await an async tool; run a sync one in a worker thread."""
+    if isinstance(tool, AsyncSafeTool):
+        return await tool(key, *args, **kwargs)
+    return await asyncio.to_thread(tool, key, *args, **kwargs)
+
+
+def _undo_kind(outcome: Outcome[object], record: Record | None) -> str:
+    """Classify how a compensation called in this run went."""
+    match outcome:
+        case Succeeded() if record is None or record.state is not State.SUCCEEDED:
+            return "in_doubt"  # it ran, but its result was not stored
+        case Succeeded(replayed=False):
+            return "compensated"
+        case Succeeded():
+            return "replayed"
+        case Failed():
+            return "failed"
+        case InDoubt():
+            return "in_doubt"
 
 
 def _has_run(store: Store, key: str) -> bool:
