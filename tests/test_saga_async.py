@@ -1,0 +1,87 @@
+"""Async sagas: async steps and compensations, the same order and once-only guarantees."""
+
+import asyncio
+
+import pytest
+
+from safeact import Saga, SagaFailed, SagaState, Store
+
+
+class Backends:
+    """Async fakes that log what they do."""
+
+    def __init__(self) -> None:
+        self.log: list[str] = []
+
+    async def charge(self, key: str, cents: int) -> int:
+        self.log.append(f"charge {key}")
+        await asyncio.sleep(0)
+        return cents
+
+    async def refund(self, key: str, cents: int) -> None:
+        self.log.append(f"refund {key} {cents}")
+
+    def send(self, key: str, to: str) -> str:
+        self.log.append(f"send {key}")
+        return to
+
+    def correct(self, key: str, to: str) -> None:
+        self.log.append(f"correct {key} {to}")
+
+    async def ledger(self, key: str) -> None:
+        self.log.append(f"ledger {key}")
+        raise ConnectionError("ledger down")
+
+
+async def refund(store: Store, backends: Backends, *, with_ledger: bool) -> list[object]:
+    async with Saga("s", store) as saga:
+        cents = await saga.step(backends.charge, 500, compensate=backends.refund)
+        to = saga.step(backends.send, "a@b.c", compensate=backends.correct)
+        if with_ledger:
+            await saga.step(backends.ledger)
+        return [cents, to]
+
+
+def test_async_saga_completes_and_replays(store: Store) -> None:
+    """An async saga returns its values; a re-run replays them without running anything."""
+    backends = Backends()
+    assert asyncio.run(refund(store, backends, with_ledger=False)) == [500, "a@b.c"]
+    assert asyncio.run(refund(store, backends, with_ledger=False)) == [500, "a@b.c"]
+    assert backends.log == ["charge s:0:charge", "send s:1:send"]
+
+
+def test_async_saga_rolls_back_newest_first_with_async_and_sync_undos(store: Store) -> None:
+    """A failing async step undoes the sync step, then the async one, once each."""
+    backends = Backends()
+    with pytest.raises(SagaFailed) as caught:
+        asyncio.run(refund(store, backends, with_ledger=True))
+    assert isinstance(caught.value.__cause__, ConnectionError)
+    assert caught.value.compensated == ("s:1:send", "s:0:charge")
+    assert backends.log == [
+        "charge s:0:charge",
+        "send s:1:send",
+        "ledger s:2:ledger",
+        "correct s:1:send:compensate a@b.c",
+        "refund s:0:charge:compensate 500",
+    ]
+    with pytest.raises(SagaFailed):
+        asyncio.run(refund(store, backends, with_ledger=True))
+    assert len(backends.log) == 5
+    saga = store.get_saga("s")
+    assert saga is not None
+    assert saga.state is SagaState.COMPENSATED
+
+
+def test_exception_in_an_async_block_rolls_back(store: Store) -> None:
+    """An exception raised in an async with block aborts the saga like in a sync one."""
+    backends = Backends()
+
+    async def run() -> None:
+        async with Saga("s", store) as saga:
+            await saga.step(backends.charge, 500, compensate=backends.refund)
+            raise ValueError("agent gave up")
+
+    with pytest.raises(SagaFailed) as caught:
+        asyncio.run(run())
+    assert caught.value.reason == "ValueError: agent gave up"
+    assert backends.log == ["charge s:0:charge", "refund s:0:charge:compensate 500"]
