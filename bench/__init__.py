@@ -1,0 +1,1 @@
+"""Measurements of safeact, run as modules: ``python -m bench.<name>``."""
