@@ -19,6 +19,7 @@ from safeact import (
     _ledger,
     safe,
 )
+from safeact._protocol import Checkpoint, checkpoint_hook
 from tests.actions import Receipt
 
 
@@ -113,10 +114,11 @@ def test_cancelled_task_leaves_the_key_in_doubt(store: Store) -> None:
 def test_ledger_work_does_not_stall_the_event_loop(
     store: Store, ledger: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """While a call waits for a locked ledger, other tasks keep running on the loop.
+    """While a claim waits for a locked ledger, other tasks keep running on the loop.
 
-    Another connection holds the write lock until a ticker task has ticked: if the ledger's
-    blocking work ran on the loop, the ticker could never tick, and the call would give up.
+    Another connection holds the write lock until a ticker task, started once the claim is
+    under way, has ticked: were the claim blocking the loop, the ticker could not tick until
+    the claim gave up, and the call would fail.
     """
     monkeypatch.setattr(_ledger, "BUSY_TIMEOUT", 5.0)
     runs: list[str] = []
@@ -124,21 +126,27 @@ def test_ledger_work_does_not_stall_the_event_loop(
     blocker = sqlite3.connect(ledger, isolation_level=None)
     blocker.execute("BEGIN IMMEDIATE")
 
-    async def ticker(ticks: list[int]) -> None:
-        for tick in range(5):
-            ticks.append(tick)
-            await asyncio.sleep(0)
-        blocker.execute("COMMIT")
+    async def both() -> tuple[Outcome[Receipt], list[int]]:
+        loop = asyncio.get_running_loop()
+        claiming = asyncio.Event()
 
-    async def both() -> Outcome[Receipt]:
-        ticks: list[int] = []
-        call = asyncio.create_task(charge("k", 5))
-        await ticker(ticks)
-        outcome = await call
-        assert ticks == [0, 1, 2, 3, 4]
-        return outcome
+        def on_claim(point: Checkpoint) -> None:
+            if point == "before_claim":
+                loop.call_soon_threadsafe(claiming.set)
+
+        with checkpoint_hook(on_claim):
+            call = asyncio.create_task(charge("k", 5))
+            await claiming.wait()
+            ticks = []
+            for tick in range(5):
+                ticks.append(tick)
+                await asyncio.sleep(0)
+            blocker.execute("COMMIT")
+            return await call, ticks
 
     try:
-        assert asyncio.run(both()) == Succeeded("k", Receipt("a@b.c", 5))
+        outcome, ticks = asyncio.run(both())
     finally:
         blocker.close()
+    assert outcome == Succeeded("k", Receipt("a@b.c", 5))
+    assert ticks == [0, 1, 2, 3, 4]
