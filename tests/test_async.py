@@ -150,3 +150,27 @@ def test_ledger_work_does_not_stall_the_event_loop(
         blocker.close()
     assert outcome == Succeeded("k", Receipt("a@b.c", 5))
     assert ticks == [0, 1, 2, 3, 4]
+
+
+def test_async_caller_that_runs_out_of_wait_gets_in_flight(store: Store) -> None:
+    """A second task on a running key with wait=0 gets InDoubt (in flight); nothing is marked."""
+    running = asyncio.Event()
+    finish = asyncio.Event()
+
+    @safe(store, wait=0)
+    async def slow(key: str) -> int:
+        running.set()
+        await finish.wait()
+        return 1
+
+    async def two() -> tuple[Outcome[int], Outcome[int]]:
+        owner = asyncio.create_task(slow("k"))
+        await running.wait()
+        second = await slow("k")
+        finish.set()
+        return await owner, second
+
+    first, second = asyncio.run(two())
+    assert first == Succeeded("k", 1)
+    assert isinstance(second, InDoubt)
+    assert second.reason is DoubtReason.IN_FLIGHT

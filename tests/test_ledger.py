@@ -450,3 +450,25 @@ def test_switch_to_wal_waits_for_a_reader_of_a_new_ledger(
     with sqlite3.connect(ledger) as connection:
         assert connection.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
     connection.close()
+
+
+@pytest.mark.parametrize(("lease", "heartbeat"), [(0, None), (1.0, 1.0), (1.0, 0)])
+def test_lease_and_heartbeat_must_make_sense(
+    ledger: Path, lease: float, heartbeat: float | None
+) -> None:
+    """A heartbeat must be positive and shorter than a positive lease."""
+    with pytest.raises(ValueError, match="heartbeat < lease"):
+        get_store(ledger, lease=lease, heartbeat=heartbeat)
+
+
+def test_store_and_tool_say_what_they_are(store: Store) -> None:
+    """Repr names the ledger file and the tool."""
+
+    @safe(store, name="refunds.send")
+    def send(key: str) -> None:
+        pass
+
+    assert repr(store) == f"Store({str(store.path)!r})"
+    assert repr(send) == f"<SafeTool refunds.send on {store!r}>"
+    with pytest.raises(ValueError, match="wait must be 0 or more"):
+        safe(store, wait=-1)

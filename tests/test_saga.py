@@ -466,3 +466,68 @@ def test_no_step_runs_after_the_saga_was_rolled_back(store: Store) -> None:
             with pytest.raises(SagaFailed):
                 saga.step(bank.act("slow"), 1)
     assert "slow s:2:slow" not in bank.log
+
+
+def test_resumed_rollback_finishes_even_if_the_block_now_ends_quietly(store: Store) -> None:
+    """A saga left mid-rollback is rolled back when a re-run block ends without raising."""
+    bank = Bank()
+
+    def die_before_second_undo(point: Checkpoint) -> None:
+        if point == "before_claim" and bank.log and bank.log[-1].startswith("undo send"):
+            raise Crash
+
+    with pytest.raises(Crash), checkpoint_hook(die_before_second_undo), Saga("s", store) as saga:
+        saga.step(bank.act("send"), 1, compensate=bank.undo("send"))
+        saga.step(bank.act("more"), 2, compensate=bank.undo("send"))
+        raise RuntimeError("abort")
+    with pytest.raises(SagaFailed) as caught, Saga("s", store):
+        pass
+    assert caught.value.unreached == ("s:0:send",)
+
+
+def test_step_whose_result_cannot_be_stored_aborts_as_in_doubt(store: Store) -> None:
+    """A step that ran but whose result could not be stored aborts the saga; it is in doubt."""
+    bank = Bank()
+
+    def quote(key: str) -> float:
+        return float("nan")
+
+    with pytest.raises(SagaFailed) as caught, Saga("s", store) as saga:
+        saga.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
+        saga.step(quote)
+    assert isinstance(caught.value.outcome, InDoubt)
+    assert caught.value.step == "s:1:quote"
+    assert caught.value.compensated == ("s:0:charge",)
+
+
+def test_compensation_whose_result_cannot_be_stored_is_in_doubt(store: Store) -> None:
+    """An undo that ran but could not store its result leaves the rollback incomplete."""
+    bank = Bank()
+
+    def undo(key: str, value: int) -> float:
+        return float("nan")
+
+    with pytest.raises(SagaFailed) as caught, Saga("s", store) as saga:
+        saga.step(bank.act("charge"), 50, compensate=undo)
+        raise RuntimeError("abort")
+    assert caught.value.in_doubt == ("s:0:charge",)
+    saga_record = store.get_saga("s")
+    assert saga_record is not None
+    assert saga_record.state is SagaState.ROLLBACK_INCOMPLETE
+
+
+def test_async_compensation_of_a_sync_saga_runs(store: Store) -> None:
+    """A sync saga can be undone by an async compensation; it runs in its own event loop."""
+    undone: list[str] = []
+
+    async def refund(key: str, value: int) -> None:
+        undone.append(key)
+
+    def charge(key: str, amount: int) -> int:
+        return amount
+
+    with pytest.raises(SagaFailed) as caught, Saga("s", store) as saga:
+        saga.step(charge, 50, compensate=refund)
+        raise RuntimeError("abort")
+    assert undone == ["s:0:charge:compensate"]
+    assert caught.value.compensated == ("s:0:charge",)

@@ -85,3 +85,21 @@ def test_exception_in_an_async_block_rolls_back(store: Store) -> None:
         asyncio.run(run())
     assert caught.value.reason == "ValueError: agent gave up"
     assert backends.log == ["charge s:0:charge", "refund s:0:charge:compensate 500"]
+
+
+def test_async_rollback_goes_on_past_a_compensation_that_cannot_run(store: Store) -> None:
+    """An undo that raises before running (its key is taken) is failed; older ones still run."""
+    backends = Backends()
+    store.claim("s:1:charge:compensate", "another.tool", "h", attempt_id="x", previous=None)
+
+    async def run() -> None:
+        async with Saga("s", store) as saga:
+            await saga.step(backends.charge, 500, compensate=backends.refund)
+            await saga.step(backends.charge, 600, compensate=backends.refund)
+            raise ValueError("abort")
+
+    with pytest.raises(SagaFailed) as caught:
+        asyncio.run(run())
+    assert caught.value.failed == ("s:1:charge",)
+    assert caught.value.compensated == ("s:0:charge",)
+    assert backends.log[-1] == "refund s:0:charge:compensate 500"
