@@ -1,0 +1,292 @@
+"""Break each guarantee on purpose and count the tests that go red.
+
+    python -m tests.mutants                  run every named mutant; exit 1 if one survives
+    python -m tests.mutants --update-readme  also rewrite the figures in README.md
+
+Each mutant is a small edit of the package, applied to a copy of the project in a
+temporary folder; the tests that guard that part run against the copy (the copy comes first
+on PYTHONPATH, for child processes too). A mutant survives when no test goes red. The
+unmutated copy is run first: if it is not green, nothing is concluded.
+"""
+
+import argparse
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import NamedTuple
+
+ROOT = Path(__file__).resolve().parent.parent
+CORE = [
+    "tests/test_guarded_call.py",
+    "tests/test_ledger.py",
+    "tests/test_crash.py",
+    "tests/test_concurrency.py",
+    "tests/test_liveness.py",
+    "tests/test_state_machine.py",
+]
+SAGA = [
+    "tests/test_saga.py",
+    "tests/test_saga_async.py",
+    "tests/test_saga_crash.py",
+    "tests/test_saga_state_machine.py",
+]
+RUN_BY_CLAIM = """                case Run(previous):
+                    claimed = self._attempt(digest, previous, key)
+                    if claimed is not None:
+                        return self._run(claimed, args, kwargs)"""
+SYNC_UNDO = (
+    'undo_key = f"{done.key}:compensate"\n        try:\n'
+    '            tool = self._tool(cast("Callable[..., object]", done.compensate))\n'
+    "            outcome = _call_sync("
+)
+INSERT_SYNCED = "(key, tool, args_hash, *attempt, SCHEMA_VERSION),\n" + " " * 24 + "sync=True,"
+CLAIM_RELEASED = "(*attempt, key, State.RELEASED.value, previous.attempt_id),"
+CLAIM_ANY = "(*attempt, key, previous.state.value, previous.attempt_id),"
+
+
+class Edit(NamedTuple):
+    path: str
+    old: str
+    new: str
+
+
+class Mutant(NamedTuple):
+    name: str
+    edits: list[Edit]
+    tests: list[str]
+
+
+MUTANTS = [
+    Mutant(
+        "run the action before the ATTEMPTING commit",
+        [
+            Edit(
+                "safeact/_tool.py",
+                RUN_BY_CLAIM,
+                RUN_BY_CLAIM.replace(
+                    "claimed = self._attempt(",
+                    "value = self._fn(key, *args, **kwargs)\n"
+                    "                    claimed = self._attempt(",
+                ).replace(
+                    "return self._run(claimed, args, kwargs)", "return self._ended(claimed, value)"
+                ),
+            )
+        ],
+        CORE,
+    ),
+    Mutant(
+        "commit ATTEMPTING without syncing it",
+        [
+            Edit(
+                "safeact/_ledger.py",
+                INSERT_SYNCED,
+                INSERT_SYNCED.replace("sync=True", "sync=False"),
+            )
+        ],
+        CORE,
+    ),
+    Mutant(
+        "treat ATTEMPTING as re-runnable",
+        [
+            Edit(
+                "safeact/_protocol.py",
+                "case State.ATTEMPTING if owner_gone(record.owner):\n"
+                "            return Doubt(record, DoubtReason.CRASHED)",
+                "case State.ATTEMPTING if owner_gone(record.owner):\n"
+                "            return Run(record)",
+            ),
+            Edit("safeact/_ledger.py", CLAIM_RELEASED, CLAIM_ANY),
+        ],
+        CORE,
+    ),
+    Mutant(
+        "replace the unique insert with an upsert",
+        [
+            Edit(
+                "safeact/_ledger.py",
+                '"INSERT INTO calls (key,',
+                '"INSERT OR REPLACE INTO calls (key,',
+            )
+        ],
+        CORE,
+    ),
+    Mutant(
+        "let a FAILED key re-run",
+        [
+            Edit(
+                "safeact/_protocol.py",
+                "case State.SUCCEEDED | State.FAILED:\n            return Replay(record)",
+                "case State.FAILED:\n            return Run(record)\n"
+                "        case State.SUCCEEDED:\n            return Replay(record)",
+            ),
+            Edit("safeact/_ledger.py", CLAIM_RELEASED, CLAIM_ANY),
+        ],
+        CORE,
+    ),
+    Mutant(
+        "skip the args-hash check",
+        [
+            Edit(
+                "safeact/_protocol.py",
+                "if record.args_hash != args_hash:",
+                "if record.args_hash != record.args_hash:",
+            )
+        ],
+        [*CORE, "tests/test_args_hash.py", "tests/test_saga.py"],
+    ),
+    Mutant(
+        "let a loser mark a live owner's key IN_DOUBT",
+        [
+            Edit(
+                "safeact/_protocol.py",
+                "case State.ATTEMPTING:\n            return Wait(record)",
+                "case State.ATTEMPTING:\n            return Doubt(record, DoubtReason.CRASHED)",
+            )
+        ],
+        [*CORE, "tests/test_async.py"],
+    ),
+    Mutant(
+        "let a late completion be dropped",
+        [
+            Edit(
+                "safeact/_ledger.py",
+                "                return True\n            self._write(",
+                "                return True\n            return False\n            self._write(",
+            )
+        ],
+        CORE,
+    ),
+    Mutant(
+        "compensate in forward order",
+        [
+            Edit(
+                "safeact/_saga.py",
+                "for key in reversed(saga.steps) if key in runs",
+                "for key in saga.steps if key in runs",
+            )
+        ],
+        SAGA,
+    ),
+    Mutant(
+        "forget to record a compensation",
+        [
+            Edit(
+                "safeact/_saga.py",
+                "outcome = _call_sync(tool, undo_key, (done.value,), {})",
+                "done.compensate(undo_key, done.value)  # type: ignore[misc]\n"
+                "            outcome = Succeeded(undo_key, None)",
+            )
+        ],
+        SAGA,
+    ),
+    Mutant(
+        "re-run a compensation after a crash",
+        [
+            Edit(
+                "safeact/_saga.py",
+                SYNC_UNDO,
+                SYNC_UNDO.replace(':compensate"', ':compensate:{id(self)}"'),
+            )
+        ],
+        SAGA,
+    ),
+]
+
+
+class Result(NamedTuple):
+    name: str
+    red: int
+    ran: int
+
+
+def run_tests(copy: Path, tests: list[str]) -> tuple[int, int]:
+    """Run ``tests`` against the package in ``copy``; return (failed, total)."""
+    env = {**os.environ, "PYTHONPATH": str(copy), "CI": "1"}
+    completed = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", *tests],
+        cwd=copy,
+        env=env,
+        capture_output=True,
+        text=True,
+        errors="replace",
+        timeout=600,
+        check=False,
+    )
+    counts = dict.fromkeys(("passed", "failed", "error"), 0)
+    for number, word in re.findall(r"(\d+) (passed|failed|error)", completed.stdout):
+        counts[word] = int(number)
+    return counts["failed"] + counts["error"], sum(counts.values())
+
+
+def copy_project(into: Path) -> Path:
+    copy = into / "project"
+    ignore = shutil.ignore_patterns(".venv*", ".git", "*_cache", "__pycache__", ".hypothesis")
+    shutil.copytree(ROOT, copy, ignore=ignore)
+    return copy
+
+
+def mutate(copy: Path, mutant: Mutant) -> None:
+    for edit in mutant.edits:
+        path = copy / edit.path
+        text = path.read_text()
+        if text.count(edit.old) != 1:
+            raise SystemExit(f"mutant {mutant.name!r}: its pattern is gone from {edit.path}")
+        path.write_text(text.replace(edit.old, edit.new))
+
+
+def run_all() -> list[Result]:
+    results = []
+    with tempfile.TemporaryDirectory() as scratch:
+        pristine = copy_project(Path(scratch))
+        red, ran = run_tests(pristine, sorted(set(CORE + SAGA)))
+        if red or not ran:
+            raise SystemExit(f"the unmutated suite is not green ({red} red of {ran}): fix it first")
+        for mutant in MUTANTS:
+            copy = Path(scratch) / "mutant"
+            shutil.rmtree(copy, ignore_errors=True)
+            shutil.copytree(pristine, copy)
+            mutate(copy, mutant)
+            red, ran = run_tests(copy, mutant.tests)
+            results.append(Result(mutant.name, red, ran))
+            verdict = "killed" if red else "SURVIVED"
+            print(f"{verdict:9} {red:3} of {ran:3} red  {mutant.name}", flush=True)
+    return results
+
+
+def table(results: list[Result]) -> str:
+    lines = ["| break this guarantee | tests that go red |", "|---|---|"]
+    lines += [f"| {r.name} | {r.red} of {r.ran} |" for r in results]
+    return "\n".join(lines)
+
+
+def update_readme(results: list[Result]) -> None:
+    readme = ROOT / "README.md"
+    text = readme.read_text()
+    block = f"<!-- mutants:start -->\n{table(results)}\n<!-- mutants:end -->"
+    updated, count = re.subn(
+        r"<!-- mutants:start -->.*<!-- mutants:end -->", block, text, flags=re.DOTALL
+    )
+    if count != 1:
+        raise SystemExit("README.md has no <!-- mutants:start --> ... <!-- mutants:end --> block")
+    readme.write_text(updated)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--update-readme", action="store_true")
+    options = parser.parse_args()
+    results = run_all()
+    if options.update_readme:
+        update_readme(results)
+    survivors = [r.name for r in results if not r.red]
+    print(f"{len(results) - len(survivors)} of {len(results)} mutants killed")
+    if survivors:
+        raise SystemExit(f"survived: {', '.join(survivors)}")
+
+
+if __name__ == "__main__":
+    main()
