@@ -9,7 +9,6 @@ short, because the step that aborted it replays its outcome and aborts again.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import inspect
 import logging
@@ -202,6 +201,8 @@ class Saga:
         return self
 
     async def __aenter__(self) -> Self:
+        import asyncio  # noqa: PLC0415 - only async callers pay for it (~20 ms)
+
         return await asyncio.to_thread(self.__enter__)
 
     def __exit__(
@@ -224,6 +225,8 @@ class Saga:
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        import asyncio  # noqa: PLC0415 - only async callers pay for it (~20 ms)
+
         match self._ending(exc):
             case "complete":
                 await asyncio.to_thread(self._complete)
@@ -332,6 +335,8 @@ class Saga:
         kwargs: dict[str, object],
         compensate: Compensation | None,
     ) -> object:
+        import asyncio  # noqa: PLC0415 - only async callers pay for it (~20 ms)
+
         with self._refusing():
             pending = await asyncio.to_thread(self._begin_step, fn, compensate)
             if pending.resume_rollback:
@@ -443,6 +448,8 @@ class Saga:
         reason: str | None = None,
     ) -> SagaFailed:
         """Like ``_roll_back``, awaiting async compensations and keeping the loop free."""
+        import asyncio  # noqa: PLC0415 - only async callers pay for it (~20 ms)
+
         saga = await asyncio.to_thread(self._begin_rollback, step, reason)
         kinds = {}
         for done in await asyncio.to_thread(self._to_undo, saga):
@@ -487,6 +494,8 @@ class Saga:
         return _undo_kind(outcome, self.store.get(undo_key))
 
     async def _compensate_async(self, done: _Completed) -> str:
+        import asyncio  # noqa: PLC0415 - only async callers pay for it (~20 ms)
+
         undo_key = f"{done.key}:compensate"
         try:
             tool = self._tool(cast("Callable[..., object]", done.compensate))
@@ -505,6 +514,8 @@ def _call_sync(
     tool: _Tool, key: str, args: tuple[object, ...], kwargs: dict[str, object]
 ) -> Outcome[object]:
     """Call a tool from synchronous code; an async one runs in a fresh event loop."""
+    import asyncio  # noqa: PLC0415 - only async callers pay for it (~20 ms)
+
     if isinstance(tool, AsyncSafeTool):
         return asyncio.run(tool(key, *args, **kwargs))
     return tool(key, *args, **kwargs)
@@ -514,6 +525,8 @@ async def _call(
     tool: _Tool, key: str, args: tuple[object, ...], kwargs: dict[str, object]
 ) -> Outcome[object]:
     """Await an async tool; run a sync one in a worker thread."""
+    import asyncio  # noqa: PLC0415 - only async callers pay for it (~20 ms)
+
     if isinstance(tool, AsyncSafeTool):
         return await tool(key, *args, **kwargs)
     return await asyncio.to_thread(tool, key, *args, **kwargs)

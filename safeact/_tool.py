@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import functools
 import inspect
 import logging
@@ -336,6 +335,8 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
 
     async def __call__(self, key: str, /, *args: P.args, **kwargs: P.kwargs) -> Outcome[T_co]:
         """Run the coroutine function at most once for ``key``; see ``SafeTool.__call__``."""
+        import asyncio  # noqa: PLC0415 - only async callers pay for it (~20 ms)
+
         digest = self._digest(key, args, kwargs)
         record = await asyncio.to_thread(self.store.get, key)
         deadline, pause = time.monotonic() + self.wait, _FIRST_PAUSE
@@ -360,6 +361,8 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
     async def _run(
         self, record: Record, args: tuple[object, ...], kwargs: dict[str, object]
     ) -> Outcome[T_co]:
+        import asyncio  # noqa: PLC0415 - only async callers pay for it (~20 ms)
+
         checkpoint("after_claim")
         with self.store.hold(record):
             try:
