@@ -30,6 +30,8 @@ def main() -> None:
         "check": check,
         "artifact": artifact,
         "stress": stress,
+        "mutants": mutants,
+        "bench": bench,
     }
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
         sys.exit(__doc__)
@@ -141,6 +143,16 @@ def stress(arguments: list[str]) -> None:
     python = dev_python()
     env = {**os.environ, "SAFEACT_HYPOTHESIS_PROFILE": "stress"}
     run(python, "-m", "pytest", "tests/test_state_machine.py", *arguments, env=env)
+
+
+def mutants(arguments: list[str]) -> None:
+    """Run the named mutants (python -m tests.mutants)."""
+    run(dev_python(), "-m", "tests.mutants", *arguments)
+
+
+def bench(arguments: list[str]) -> None:
+    """Run the benchmark (python -m bench)."""
+    run(dev_python(), "-m", "bench", *arguments)
 
 
 if __name__ == "__main__":
