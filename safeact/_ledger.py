@@ -184,6 +184,7 @@ class Store:
         self.lease = lease
         self.heartbeat = heartbeat
         self._host = host
+        self._pid = os.getpid()
         self._held: dict[tuple[str, str], None] = {}
         self._beat: threading.Thread | None = None
         self._wake = threading.Event()
@@ -384,6 +385,7 @@ class Store:
     @contextlib.contextmanager
     def hold(self, record: Record) -> Iterator[None]:
         """Keep renewing the lease of this process's attempt ``record`` while the block runs."""
+        self._after_fork()
         with self._lock:
             self._held[record.key, record.attempt_id] = None
             if self._beat is None or not self._beat.is_alive():
@@ -629,9 +631,25 @@ class Store:
             raise StoreError(f"{self._path}: cannot create the ledger: {exc}") from exc
         os.close(fd)
 
+    def _after_fork(self) -> None:
+        """In a forked child, forget the parent's attempts, heartbeat and locks.
+
+        The child copied them; renewing the parent's leases from here would keep a frozen
+        or dead parent looking alive, and a lock held by a parent thread at the fork would
+        never be released here.
+        """
+        if self._pid != os.getpid():
+            self._pid = os.getpid()
+            self._lock = threading.Lock()
+            self._held = {}
+            self._beat = None
+            self._wake = threading.Event()
+            self._connections = weakref.WeakSet()
+
     def _connection(self) -> sqlite3.Connection:
         if self._closed:
             raise StoreError(f"{self._path}: the store is closed")
+        self._after_fork()
         held: _Connection | None = getattr(self._local, "held", None)
         if held is None or held.pid != os.getpid():
             # A connection must not cross a fork; each process and thread opens its own.

@@ -39,11 +39,12 @@ def this_process(host: str | None = None) -> Owner:
 
 @functools.cache
 def _identity(pid: int, host: str | None) -> Owner:
+    started = _start_time(pid)
     return Owner(
         host=host if host is not None else socket.gethostname(),
         boot_id=_boot_id(),
         pid=pid,
-        started=_start_time(pid) or 0,
+        started=started if started is not None and started > 0 else 0,
     )
 
 
@@ -57,8 +58,8 @@ def is_gone(owner: Owner, here: Owner) -> bool:
     """
     if owner.host != here.host:
         return False
-    if owner.boot_id != here.boot_id:
-        return True
+    if owner.boot_id and here.boot_id and owner.boot_id != here.boot_id:
+        return True  # an empty boot id is unknown (not Linux, or /proc would not say)
     started = _start_time(owner.pid)
     if started is None:
         return _no_such_process(owner.pid)
@@ -75,14 +76,17 @@ def _boot_id() -> str:
 def _start_time(pid: int) -> int | None:
     """Return the start time of ``pid`` in ticks, -1 for no such process or a zombie.
 
-    None where /proc does not exist (not Linux).
+    None where it cannot be told: no /proc (not Linux), or /proc would not say (out of file
+    descriptors, hidden processes); the caller then falls back on the process id alone.
     """
     if not _PROC.is_dir():
         return None
     try:
         stat = (_PROC / str(pid) / "stat").read_text()
-    except OSError:
+    except (FileNotFoundError, ProcessLookupError):
         return -1
+    except OSError:
+        return None
     # The command name (field 2) may hold spaces and parentheses: split after the last ")".
     fields = stat[stat.rindex(")") + 2 :].split()
     if fields[0] in {"Z", "X"}:

@@ -345,7 +345,10 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
                 case Replay(stored):
                     return self._replay(stored)
                 case Run(previous):
-                    claimed = await asyncio.to_thread(self._attempt, digest, previous, key)
+                    claimed = await _unstoppable(
+                        asyncio.to_thread(self._attempt, digest, previous, key),
+                        on_cancel=self._interrupted,
+                    )
                     if claimed is not None:
                         return await self._run(claimed, args, kwargs)
                 case Doubt(unsettled, reason):
@@ -368,12 +371,35 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
             try:
                 value = await self._fn(record.key, *args, **kwargs)  # type: ignore[arg-type] # P was checked by the caller's signature
             except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
-                return await asyncio.to_thread(self._raised, record, exc)
+                return await _unstoppable(asyncio.to_thread(self._raised, record, exc))
             except BaseException:
                 # Blocking for one short write: an await here could itself be cancelled.
                 self._interrupted(record)
                 raise
-        return await asyncio.to_thread(self._ended, record, value)
+        return await _unstoppable(asyncio.to_thread(self._ended, record, value))
+
+
+async def _unstoppable(
+    work: Coroutine[Any, Any, T], on_cancel: Callable[[Record], None] | None = None
+) -> T:
+    """Await ledger ``work`` to its end even if the awaiting task is cancelled meanwhile.
+
+    A claim or a record of an outcome that is cut off half way would leave the key
+    ATTEMPTING under a live process that no longer holds it. So the work finishes in its
+    thread; a cancelled caller then re-raises the cancellation, after ``on_cancel`` has
+    been given the claimed record (which it marks in doubt: the action never ran, but the
+    key was taken).
+    """
+    import asyncio  # noqa: PLC0415 - only async callers pay for it (~20 ms)
+
+    task = asyncio.ensure_future(work)
+    try:
+        return await asyncio.shield(task)
+    except asyncio.CancelledError:
+        done = await task
+        if on_cancel is not None and isinstance(done, Record):
+            on_cancel(done)
+        raise
 
 
 def raise_on_doubt(tool: SafeTool[P, T]) -> Callable[Concatenate[str, P], T]:

@@ -2,7 +2,9 @@
 
 import asyncio
 import sqlite3
+import threading
 from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -174,3 +176,74 @@ def test_async_caller_that_runs_out_of_wait_gets_in_flight(store: Store) -> None
     assert first == Succeeded("k", 1)
     assert isinstance(second, InDoubt)
     assert second.reason is DoubtReason.IN_FLIGHT
+    assert store.late_completions("k") == []
+    record = store.get("k")
+    assert record is not None
+    assert (record.state, record.doubt_reason) == (State.SUCCEEDED, None)
+
+
+def test_cancel_during_the_claim_leaves_no_orphan(
+    store: Store, ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A task cancelled mid-claim: the claim completes and is marked interrupted; nothing ran.
+
+    Left alone, it would sit ATTEMPTING under a live process that no longer holds it.
+    """
+    monkeypatch.setattr(_ledger, "BUSY_TIMEOUT", 5.0)
+    runs: list[str] = []
+    charge = charge_tool(store, runs)
+    blocker = sqlite3.connect(ledger, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+
+    async def cancel_while_claiming() -> None:
+        loop = asyncio.get_running_loop()
+        claiming = asyncio.Event()
+
+        def on_claim(point: Checkpoint) -> None:
+            if point == "before_claim":
+                loop.call_soon_threadsafe(claiming.set)
+
+        with checkpoint_hook(on_claim):
+            call = asyncio.create_task(charge("k", 5))
+            await claiming.wait()
+            call.cancel()
+            blocker.execute("COMMIT")
+            with pytest.raises(asyncio.CancelledError):
+                await call
+
+    try:
+        asyncio.run(cancel_while_claiming())
+    finally:
+        blocker.close()
+    record = store.get("k")
+    assert record is not None
+    assert (record.state, record.doubt_reason) == (State.IN_DOUBT, DoubtReason.INTERRUPTED)
+    assert runs == []
+
+
+def test_cancel_while_the_outcome_waits_to_be_recorded_still_records_it(store: Store) -> None:
+    """A task cancelled after its action returned, while the write of the outcome is still
+    queued for a worker thread: the success is recorded all the same.
+    """
+    gate = threading.Event()
+    returned = asyncio.Event()
+
+    @safe(store)
+    async def pay(key: str) -> int:
+        loop = asyncio.get_running_loop()
+        loop.run_in_executor(None, gate.wait)  # the only worker is busy: the write queues
+        returned.set()
+        return 42
+
+    async def cancel_after_the_action() -> Outcome[int]:
+        loop = asyncio.get_running_loop()
+        loop.set_default_executor(ThreadPoolExecutor(max_workers=1))
+        call = asyncio.create_task(pay("k"))
+        await returned.wait()
+        call.cancel()
+        gate.set()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        return await pay("k")
+
+    assert asyncio.run(cancel_after_the_action()) == Succeeded("k", 42, replayed=True)
