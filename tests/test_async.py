@@ -222,9 +222,7 @@ def test_cancel_during_the_claim_leaves_no_orphan(
 
 
 def test_cancel_while_the_outcome_waits_to_be_recorded_still_records_it(store: Store) -> None:
-    """A task cancelled after its action returned, while the write of the outcome is still
-    queued for a worker thread: the success is recorded all the same.
-    """
+    """A task cancelled while its outcome's write is still queued: the success is recorded."""
     gate = threading.Event()
     returned = asyncio.Event()
 
