@@ -81,6 +81,7 @@ def test_two_hundred_tasks_run_each_key_once(store: Store, keys: int) -> None:
         "ran" if isinstance(o, Succeeded) and not o.replayed else type(o).__name__ for o in outcomes
     )
     assert kinds == {"ran": keys, "Succeeded": 200 - keys}
+    assert {outcome.unwrap() for outcome in outcomes} == {Receipt("a@b.c", 5)}
     assert sorted(runs) == sorted(f"k{n}" for n in range(keys))
 
 

@@ -67,6 +67,7 @@ def test_thirty_two_threads_on_one_key_run_it_once_and_all_get_its_result(
     effects = tmp_path / "effects"
     outcomes = call_together(charge_tool(store, effects), 32, [KEY])
     assert Counter(kind(outcome) for _, outcome in outcomes) == {"ran": 1, "replayed": 31}
+    assert {outcome.unwrap() for _, outcome in outcomes} == {Receipt("a@b.c", 50)}
     assert count_effects(effects, KEY) == 1
 
 

@@ -35,6 +35,10 @@ def test_killed_owner_is_in_doubt_at_once_as_crashed(tmp_path: Path) -> None:
     # A live owner would have kept this caller waiting 60 s and given "in_flight".
     outcome = report(run_child(tmp_path / "agent.db", tmp_path / "effects", KEY, "--wait", "60"))
     assert (outcome["kind"], outcome["reason"]) == ("InDoubt", DoubtReason.CRASHED.value)
+    with get_store(tmp_path / "agent.db") as store:
+        record = store.get(KEY)
+        assert record is not None
+        assert (record.state, record.doubt_reason) == (State.IN_DOUBT, DoubtReason.CRASHED)
     assert count_effects(tmp_path / "effects", KEY) == 1
 
 
