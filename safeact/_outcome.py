@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Generic, NoReturn, TypeAlias, TypeVar, final
 
 import attrs
 
-from safeact._protocol import DoubtReason
+from safeact._protocol import DoubtReason, Record
 from safeact.exceptions import FailedCallError, InDoubtError
 
 if TYPE_CHECKING:
@@ -98,6 +98,22 @@ class Failed:
         raise FailedCallError(self.key, self.tool, self.error_type, self.message) from (
             self.exception
         )
+
+
+def failed_from(record: Record) -> Failed:
+    """The stored ``Failed`` of a FAILED record, as replayed (no live exception)."""
+    return Failed(
+        record.key,
+        record.tool,
+        record.error_type or "",
+        record.error_message or "",
+        replayed=True,
+    )
+
+
+def in_doubt_from(record: Record, reason: DoubtReason) -> InDoubt:
+    """The receipt of an unsettled record."""
+    return InDoubt(record.key, record.tool, record.attempted_at, record.args_hash, reason)
 
 
 Outcome: TypeAlias = Succeeded[T_co] | InDoubt | Failed

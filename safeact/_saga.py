@@ -30,7 +30,7 @@ import attrs
 
 from safeact._keys import check_key
 from safeact._ledger import Store, get_store
-from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
+from safeact._outcome import Failed, InDoubt, Outcome, Succeeded, failed_from, in_doubt_from
 from safeact._protocol import DoubtReason, Record, SagaRecord, SagaState, State
 from safeact._tool import AsyncSafeTool, Compensation, SafeTool, safe
 from safeact.exceptions import KeyConflictError, SafeError
@@ -608,12 +608,5 @@ def _stored_outcome(store: Store, key: str | None) -> Failed | InDoubt | None:
     if record is None or record.state is State.SUCCEEDED:
         return None
     if record.state is State.FAILED:
-        return Failed(
-            record.key,
-            record.tool,
-            record.error_type or "",
-            record.error_message or "",
-            replayed=True,
-        )
-    reason = record.doubt_reason or DoubtReason.CRASHED
-    return InDoubt(record.key, record.tool, record.attempted_at, record.args_hash, reason)
+        return failed_from(record)
+    return in_doubt_from(record, record.doubt_reason or DoubtReason.CRASHED)

@@ -25,7 +25,7 @@ from typing import (
 from safeact._codec import ResultNotStorableError, check_return_type, decode, encode
 from safeact._keys import args_hash, check_key, check_text
 from safeact._ledger import Store, get_store, utc_now
-from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
+from safeact._outcome import Failed, InDoubt, Outcome, Succeeded, failed_from, in_doubt_from
 from safeact._protocol import (
     Doubt,
     DoubtReason,
@@ -157,20 +157,14 @@ class _Guard(Generic[T_co]):
 
     def _replay(self, record: Record) -> Outcome[T_co]:
         if record.state is State.FAILED:
-            return Failed(
-                record.key,
-                record.tool,
-                record.error_type or "",
-                record.error_message or "",
-                replayed=True,
-            )
+            return failed_from(record)
         return Succeeded(record.key, self.replay(record), replayed=True)
 
     def _doubt(self, record: Record, reason: DoubtReason) -> InDoubt:
         """Mark a dead owner's attempt IN_DOUBT; return the receipt."""
         if record.state is State.ATTEMPTING and reason is not DoubtReason.IN_FLIGHT:
             self.store.mark_in_doubt(record.key, record.attempt_id, reason)
-        return InDoubt(record.key, record.tool, record.attempted_at, record.args_hash, reason)
+        return in_doubt_from(record, reason)
 
     def _attempt(self, digest: str, previous: Record | None, key: str) -> Record | None:
         checkpoint("before_claim")
