@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import logging
@@ -187,7 +188,7 @@ class Store:
         self._pid = os.getpid()
         self._held: dict[tuple[str, str], None] = {}
         self._beat: threading.Thread | None = None
-        self._wake = threading.Event()
+        self._stop = threading.Event()
         self._local = threading.local()
         self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
         self._lock = threading.Lock()
@@ -226,7 +227,7 @@ class Store:
 
     def close(self) -> None:
         """Close every connection of this store; later use raises ``StoreError``."""
-        self._wake.set()
+        self._stop_heartbeat()
         with self._lock:
             self._closed = True
             connections = list(self._connections)
@@ -388,20 +389,33 @@ class Store:
         self._after_fork()
         with self._lock:
             self._held[record.key, record.attempt_id] = None
-            if self._beat is None or not self._beat.is_alive():
+            if self._beat is None:
+                self._stop = threading.Event()
                 self._beat = threading.Thread(
-                    target=self._renew_leases, name="safeact-heartbeat", daemon=True
+                    target=self._renew_leases,
+                    args=(self._stop,),
+                    name="safeact-heartbeat",
+                    daemon=True,
                 )
                 self._beat.start()
+                _BEATING.add(self)
         try:
             yield
         finally:
             with self._lock:
                 self._held.pop((record.key, record.attempt_id), None)
 
-    def _renew_leases(self) -> None:
-        """Heartbeat thread: renew the leases of the attempts held, until none is left."""
-        while not self._wake.wait(self.heartbeat):
+    def _stop_heartbeat(self, wait: float = 0.0) -> None:
+        """Stop the heartbeat thread; wait up to ``wait`` seconds for it to end."""
+        with self._lock:
+            beat, self._beat = self._beat, None
+            self._stop.set()
+        if beat is not None and beat is not threading.current_thread():
+            beat.join(wait)
+
+    def _renew_leases(self, stop: threading.Event) -> None:
+        """Heartbeat thread: renew the leases of the attempts held, until told to stop."""
+        while not stop.wait(self.heartbeat):
             with self._lock:
                 held = list(self._held)
                 if not held:
@@ -643,7 +657,7 @@ class Store:
             self._lock = threading.Lock()
             self._held = {}
             self._beat = None
-            self._wake = threading.Event()
+            self._stop = threading.Event()
             self._connections = weakref.WeakSet()
 
     def _connection(self) -> sqlite3.Connection:
@@ -702,6 +716,21 @@ class _Connection:
 
     def close(self) -> None:
         self._finalizer()
+
+
+_BEATING: weakref.WeakSet[Store] = weakref.WeakSet()
+"""Stores that have started a heartbeat, so that exit can stop them first."""
+
+
+@atexit.register
+def _stop_heartbeats() -> None:
+    """Stop every heartbeat before the interpreter tears itself down.
+
+    Runs after the non-daemon threads have ended; a daemon thread's action still running then
+    loses its heartbeat, as it would lose its process a moment later.
+    """
+    for store in list(_BEATING):
+        store._stop_heartbeat(wait=1.0)  # noqa: SLF001 - the module's own class
 
 
 def _prepare(connection: sqlite3.Connection, path: Path) -> None:
