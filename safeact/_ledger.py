@@ -415,6 +415,17 @@ class Store:
 
     def _renew_leases(self, stop: threading.Event) -> None:
         """Heartbeat thread: renew the leases of the attempts held, until told to stop."""
+        try:
+            self._beat_until(stop)
+        finally:
+            # Close this thread's connection here and now, not whenever (and in whatever
+            # state) the interpreter gets round to the thread's storage.
+            held: _Connection | None = getattr(self._local, "held", None)
+            if held is not None:
+                del self._local.held
+                held.close()
+
+    def _beat_until(self, stop: threading.Event) -> None:
         while not stop.wait(self.heartbeat):
             with self._lock:
                 held = list(self._held)

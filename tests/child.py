@@ -11,6 +11,7 @@ that many seconds; --lease, --heartbeat and --wait set the store and the tool.
 """
 
 import argparse
+import faulthandler
 import json
 import os
 import signal
@@ -28,6 +29,7 @@ from tests.actions import Receipt, record_effect
 
 
 def main() -> None:
+    faulthandler.enable()  # a crash prints every thread's stack to stderr, which tests show
     parser = argparse.ArgumentParser()
     parser.add_argument("ledger", type=Path)
     parser.add_argument("effects", type=Path)
