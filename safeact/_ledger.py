@@ -226,14 +226,20 @@ class Store:
         return is_gone(owner, self.owner)
 
     def close(self) -> None:
-        """Close every connection of this store; later use raises ``StoreError``."""
-        self._stop_heartbeat()
+        """Close the store; later use raises ``StoreError``.
+
+        Connections of this thread and of threads that have ended are closed now; a
+        connection of another running thread is closed when that thread ends, since closing
+        it under a statement it is running would crash the process.
+        """
+        self._stop_heartbeat(wait=self.heartbeat + 1.0)
         with self._lock:
             self._closed = True
             connections = list(self._connections)
             self._connections.clear()
         for connection in connections:
-            connection.close()
+            if connection.thread is threading.current_thread() or not connection.thread.is_alive():
+                connection.close()
 
     def get(self, key: str) -> Record | None:
         """Return the record of ``key``, or ``None`` if it was never claimed."""
@@ -716,14 +722,21 @@ class Store:
 
 
 class _Connection:
-    """One thread's connection; closed when the thread ends and drops it, or by ``close``."""
+    """One thread's connection; closed when the thread ends and drops it, or by ``close``.
 
-    __slots__ = ("__weakref__", "_finalizer", "pid", "sqlite")
+    Never closed by the interpreter's exit: another thread (a heartbeat, a daemon worker)
+    may still be executing on it, and closing a connection under a running statement
+    crashes the process. The operating system closes what is left.
+    """
+
+    __slots__ = ("__weakref__", "_finalizer", "pid", "sqlite", "thread")
 
     def __init__(self, connection: sqlite3.Connection) -> None:
         self.sqlite = connection
         self.pid = os.getpid()
+        self.thread = threading.current_thread()
         self._finalizer = weakref.finalize(self, connection.close)
+        self._finalizer.atexit = False
 
     def close(self) -> None:
         self._finalizer()
