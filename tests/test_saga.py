@@ -272,9 +272,8 @@ class Crash(BaseException):
     """The process dies here."""
 
 
-def test_rollback_cut_short_is_finished_even_if_the_block_changed(store: Store) -> None:
-    """A saga stuck mid-rollback finishes it on re-run and starts no new step."""
-    bank = Bank()
+def crash_mid_rollback(store: Store, bank: Bank) -> None:
+    """Charge, send, abort; the process dies after undoing send, before undoing the charge."""
 
     def die_before_second_undo(point: Checkpoint) -> None:
         if point == "before_claim" and bank.log and bank.log[-1].startswith("undo send"):
@@ -284,6 +283,12 @@ def test_rollback_cut_short_is_finished_even_if_the_block_changed(store: Store) 
         saga.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
         saga.step(bank.act("send"), 1, compensate=bank.undo("send"))
         raise RuntimeError("abort")
+
+
+def test_rollback_cut_short_is_finished_even_if_the_block_changed(store: Store) -> None:
+    """A saga stuck mid-rollback finishes it on re-run and starts no new step."""
+    bank = Bank()
+    crash_mid_rollback(store, bank)
     stuck = store.get_saga("s")
     assert stuck is not None
     assert (stuck.state, stuck.abort_reason) == (SagaState.COMPENSATING, "RuntimeError: abort")
@@ -414,15 +419,7 @@ def test_completed_saga_is_not_undone_by_a_later_error(store: Store) -> None:
 def test_steps_a_resumed_rollback_does_not_reach_are_reported(store: Store) -> None:
     """A resumed rollback whose block ends before a step cannot undo it: ROLLBACK_INCOMPLETE."""
     bank = Bank()
-
-    def die_in_second_undo(point: Checkpoint) -> None:
-        if point == "before_claim" and bank.log and bank.log[-1].startswith("undo send"):
-            raise Crash
-
-    with pytest.raises(Crash), checkpoint_hook(die_in_second_undo), Saga("s", store) as saga:
-        saga.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
-        saga.step(bank.act("send"), 1, compensate=bank.undo("send"))
-        raise RuntimeError("abort")
+    crash_mid_rollback(store, bank)
     with pytest.raises(SagaFailed) as caught, Saga("s", store):
         raise RuntimeError("abort")  # this run never reaches its steps
     assert caught.value.unreached == ("s:0:charge",)
@@ -471,18 +468,10 @@ def test_no_step_runs_after_the_saga_was_rolled_back(store: Store) -> None:
 def test_resumed_rollback_finishes_even_if_the_block_now_ends_quietly(store: Store) -> None:
     """A saga left mid-rollback is rolled back when a re-run block ends without raising."""
     bank = Bank()
-
-    def die_before_second_undo(point: Checkpoint) -> None:
-        if point == "before_claim" and bank.log and bank.log[-1].startswith("undo send"):
-            raise Crash
-
-    with pytest.raises(Crash), checkpoint_hook(die_before_second_undo), Saga("s", store) as saga:
-        saga.step(bank.act("send"), 1, compensate=bank.undo("send"))
-        saga.step(bank.act("more"), 2, compensate=bank.undo("send"))
-        raise RuntimeError("abort")
+    crash_mid_rollback(store, bank)
     with pytest.raises(SagaFailed) as caught, Saga("s", store):
         pass
-    assert caught.value.unreached == ("s:0:send",)
+    assert caught.value.unreached == ("s:0:charge",)
 
 
 def test_step_whose_result_cannot_be_stored_aborts_as_in_doubt(store: Store) -> None:
