@@ -72,10 +72,10 @@ def agent(workdir: Path, *, crash_on: str | None) -> None:
                 print(
                     f"  agent: {key}: already refunded ${refund.amount}; replayed, not paid again"
                 )
-            case InDoubt(key=k, tool=tool, attempted_at=when, args_hash=digest):
+            case InDoubt(key=k, tool=tool, attempted_at=when, args_hash=digest, reason=why):
                 print(
-                    f"  agent: {k}: IN DOUBT: {tool} was attempted at {when:%H:%M:%S} UTC "
-                    f"(args {digest[:8]}) and nobody knows if it ran"
+                    f"  agent: {k}: IN DOUBT ({why.value}): {tool} was attempted at "
+                    f"{when:%H:%M:%S} UTC (args {digest[:8]}) and nobody knows if it ran"
                 )
                 payments = bank_lookup(bank, k)
                 print(f"  agent: asked the bank about {k}: {len(payments)} payment(s) found")

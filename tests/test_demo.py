@@ -14,7 +14,7 @@ def test_demo_crashes_resolves_and_pays_each_refund_once() -> None:
     )
     lines = result.stdout.splitlines()
     assert "orchestrator: the agent exited with -9 (killed by SIGKILL)" in lines
-    assert any("refund-1002: IN DOUBT" in line for line in lines)
+    assert any("refund-1002: IN DOUBT (crashed)" in line for line in lines)
     assert lines[-1] == (
         "bank: 3 payments for 3 keys: refund-1001 $50, refund-1002 $20, refund-1003 $75"
     )
