@@ -1,9 +1,11 @@
 """Async tools: the same guarantees under asyncio, and a ledger that does not stall the loop."""
 
 import asyncio
+import contextlib
 import sqlite3
 import threading
 from collections import Counter
+from collections.abc import AsyncIterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
@@ -114,6 +116,24 @@ def test_cancelled_task_leaves_the_key_in_doubt(store: Store) -> None:
     assert runs == ["k"]
 
 
+@contextlib.asynccontextmanager
+async def claiming(
+    charge: AsyncSafeTool[[int], Receipt],
+) -> AsyncIterator[asyncio.Task[Outcome[Receipt]]]:
+    """Start ``charge("k", 5)`` as a task; enter once its claim of the ledger is under way."""
+    loop = asyncio.get_running_loop()
+    started = asyncio.Event()
+
+    def on_claim(point: Checkpoint) -> None:
+        if point == "before_claim":
+            loop.call_soon_threadsafe(started.set)
+
+    with checkpoint_hook(on_claim):
+        call = asyncio.create_task(charge("k", 5))
+        await started.wait()
+        yield call
+
+
 def test_ledger_work_does_not_stall_the_event_loop(
     store: Store, ledger: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -130,16 +150,7 @@ def test_ledger_work_does_not_stall_the_event_loop(
     blocker.execute("BEGIN IMMEDIATE")
 
     async def both() -> tuple[Outcome[Receipt], list[int]]:
-        loop = asyncio.get_running_loop()
-        claiming = asyncio.Event()
-
-        def on_claim(point: Checkpoint) -> None:
-            if point == "before_claim":
-                loop.call_soon_threadsafe(claiming.set)
-
-        with checkpoint_hook(on_claim):
-            call = asyncio.create_task(charge("k", 5))
-            await claiming.wait()
+        async with claiming(charge) as call:
             ticks = []
             for tick in range(5):
                 ticks.append(tick)
@@ -197,16 +208,7 @@ def test_cancel_during_the_claim_leaves_no_orphan(
     blocker.execute("BEGIN IMMEDIATE")
 
     async def cancel_while_claiming() -> None:
-        loop = asyncio.get_running_loop()
-        claiming = asyncio.Event()
-
-        def on_claim(point: Checkpoint) -> None:
-            if point == "before_claim":
-                loop.call_soon_threadsafe(claiming.set)
-
-        with checkpoint_hook(on_claim):
-            call = asyncio.create_task(charge("k", 5))
-            await claiming.wait()
+        async with claiming(charge) as call:
             call.cancel()
             blocker.execute("COMMIT")
             with pytest.raises(asyncio.CancelledError):

@@ -60,17 +60,22 @@ ROUND_TRIPS: list[tuple[object, object]] = [
 ]
 
 
-@pytest.mark.parametrize(("return_type", "value"), ROUND_TRIPS)
-def test_replay_rebuilds_the_annotated_type(
-    store: Store, return_type: object, value: object
-) -> None:
-    """A stored result replays equal to the original and of the same type."""
+def tool_returning(store: Store, return_type: object, value: object) -> SafeTool[[], Any]:
+    """A tool annotated ``-> return_type`` that returns ``value``, whatever it is."""
 
     def act(key: str) -> Any:
         return value
 
     act.__annotations__["return"] = return_type
-    tool = safe(store)(act)
+    return SafeTool(act, store)
+
+
+@pytest.mark.parametrize(("return_type", "value"), ROUND_TRIPS)
+def test_replay_rebuilds_the_annotated_type(
+    store: Store, return_type: object, value: object
+) -> None:
+    """A stored result replays equal to the original and of the same type."""
+    tool = tool_returning(store, return_type, value)
     assert tool("k") == Succeeded("k", value)
     replay = tool("k")
     assert replay == Succeeded("k", value, replayed=True)
@@ -209,12 +214,7 @@ def test_result_that_would_replay_differently_is_not_stored(
     store: Store, return_type: object, value: object
 ) -> None:
     """A value cattrs would coerce (9.99 as 9 for int) is returned now and never replayed."""
-
-    def act(key: str) -> Any:
-        return value
-
-    act.__annotations__["return"] = return_type
-    tool = safe(store)(act)
+    tool = tool_returning(store, return_type, value)
     assert tool("k") == Succeeded("k", value)
     record = store.get("k")
     assert record is not None
