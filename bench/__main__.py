@@ -25,7 +25,7 @@ from itertools import count
 from pathlib import Path
 
 from safeact import Saga, get_store, safe
-from safeact._ledger import SCHEMA_VERSION
+from safeact._schema import SCHEMA_VERSION
 from safeact._protocol import DoubtReason
 
 ROUNDS = 5

@@ -6,10 +6,12 @@ stopped between the action and its record; go and check). See README.md and DESI
 
 from typing import TYPE_CHECKING
 
-from safeact._ledger import Store, get_store
+from safeact._history import Event, Why
+from safeact._ledger import Purged, Store, get_store
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
 from safeact._owner import Owner
 from safeact._protocol import DoubtReason, Record, SagaRecord, SagaState, State
+from safeact._reconcile import Happened, NotHappened, Probe, Unknown, Verdict
 from safeact._saga import Saga, SagaFailed
 from safeact._tool import AsyncSafeTool, SafeTool, raise_on_doubt, safe
 from safeact.exceptions import (
@@ -23,13 +25,18 @@ from safeact.exceptions import (
 __all__ = [
     "AsyncSafeTool",
     "DoubtReason",
+    "Event",
     "Failed",
     "FailedCallError",
+    "Happened",
     "InDoubt",
     "InDoubtError",
     "KeyConflictError",
+    "NotHappened",
     "Outcome",
     "Owner",
+    "Probe",
+    "Purged",
     "Record",
     "SafeError",
     "SafeTool",
@@ -41,6 +48,9 @@ __all__ = [
     "Store",
     "StoreError",
     "Succeeded",
+    "Unknown",
+    "Verdict",
+    "Why",
     "get_store",
     "raise_on_doubt",
     "safe",

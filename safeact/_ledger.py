@@ -9,7 +9,6 @@ import logging
 import os
 import sqlite3
 import threading
-import time
 import weakref
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -18,6 +17,8 @@ from typing import TYPE_CHECKING, Self, TypeAlias
 import attrs
 
 from safeact._codec import encode_untyped
+from safeact._history import Event, Why, saga_why, why_finished, why_in_doubt
+from safeact._outcome import in_doubt_from
 from safeact._owner import Owner, is_gone, this_process
 from safeact._protocol import (
     UNSETTLED,
@@ -26,82 +27,23 @@ from safeact._protocol import (
     SagaRecord,
     SagaState,
     State,
+    abandonment,
     check_resolvable,
+    checkpoint,
 )
+from safeact._reconcile import Probe, reconcile_key
+from safeact._schema import BUSY_TIMEOUT, SCHEMA_VERSION, UNSETTLED_SQL, check_usable, prepare
 from safeact.exceptions import SafeError, StoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Iterable, Iterator, Mapping
     from types import TracebackType
 
     from safeact._protocol import JSON
 
-__all__ = ["Store", "get_store", "utc_now"]
+__all__ = ["Purged", "Store", "get_store", "utc_now"]
 
 logger = logging.getLogger("safeact")
-
-APPLICATION_ID = 0x53414654  # "SAFT": marks a file as a safeact ledger
-SCHEMA_VERSION = 1
-BUSY_TIMEOUT = 30.0
-"""Seconds a connection waits for another one's lock before giving up."""
-
-# Sorted, so the partial index and the queries spell the same condition in every process.
-_UNSETTLED_SQL = ", ".join(sorted(f"'{s.value}'" for s in UNSETTLED))
-
-_SCHEMA = (
-    f"""CREATE TABLE calls (
-        key            TEXT PRIMARY KEY NOT NULL,
-        tool           TEXT NOT NULL,
-        args_hash      TEXT NOT NULL,
-        state          TEXT NOT NULL CHECK (state IN ({", ".join(f"'{s.value}'" for s in State)})),
-        attempt_id     TEXT NOT NULL,
-        attempted_at   TEXT NOT NULL,
-        finished_at    TEXT,
-        result         TEXT,
-        error_type     TEXT,
-        error_message  TEXT,
-        owner_host     TEXT NOT NULL,
-        owner_boot     TEXT NOT NULL,
-        owner_pid      INTEGER NOT NULL,
-        owner_started  INTEGER NOT NULL,
-        lease_until    TEXT NOT NULL,
-        doubt_reason   TEXT,
-        schema_version INTEGER NOT NULL
-    ) WITHOUT ROWID""",
-    """CREATE TABLE late_completions (
-        key            TEXT NOT NULL,
-        attempt_id     TEXT NOT NULL,
-        state          TEXT NOT NULL,
-        result         TEXT,
-        error_type     TEXT,
-        error_message  TEXT,
-        finished_at    TEXT NOT NULL,
-        schema_version INTEGER NOT NULL,
-        PRIMARY KEY (key, attempt_id)
-    ) WITHOUT ROWID""",
-    (f"CREATE INDEX calls_unsettled ON calls (attempted_at) WHERE state IN ({_UNSETTLED_SQL})"),
-    f"""CREATE TABLE sagas (
-        saga_id        TEXT PRIMARY KEY NOT NULL,
-        state          TEXT NOT NULL
-                       CHECK (state IN ({", ".join(f"'{s.value}'" for s in SagaState)})),
-        started_at     TEXT NOT NULL,
-        updated_at     TEXT NOT NULL,
-        aborted_step   TEXT,
-        abort_reason   TEXT,
-        schema_version INTEGER NOT NULL
-    ) WITHOUT ROWID""",
-    """CREATE TABLE saga_steps (
-        saga_id    TEXT NOT NULL REFERENCES sagas (saga_id),
-        step_index INTEGER NOT NULL,
-        name       TEXT NOT NULL,
-        key        TEXT NOT NULL,
-        compensation TEXT,
-        PRIMARY KEY (saga_id, step_index)
-    ) WITHOUT ROWID""",
-    "CREATE INDEX sagas_by_state ON sagas (state, started_at)",
-    f"PRAGMA application_id = {APPLICATION_ID}",
-    f"PRAGMA user_version = {SCHEMA_VERSION}",
-)
 
 _COLUMNS = (
     "key, tool, state, args_hash, attempt_id, attempted_at, owner_host, owner_boot, owner_pid, "
@@ -112,6 +54,22 @@ LEASE = 30.0
 
 
 _NO_RESULT: object = object()
+
+_LOG = (
+    "INSERT INTO history (kind, subject, attempt_id, from_state, to_state, at, by_kind, "
+    "by_host, by_pid, why, note)"
+)
+_PLACES = ", ".join("?" * 11)
+_LOG_FROM_ROW = f"{_LOG} SELECT 'key', key, attempt_id, state, ?, ?, ?, ?, ?, ?, ?"
+"""Log a change of a key's row, its from-state read from the row in the same statement."""
+
+
+@attrs.frozen
+class Purged:
+    """What a purge removed (or, in a dry run, would remove): keys and saga ids."""
+
+    keys: tuple[str, ...]
+    sagas: tuple[str, ...]
 
 
 def utc_now() -> datetime:
@@ -257,24 +215,67 @@ class Store:
         That is every IN_DOUBT key, and every ATTEMPTING key whose owner is provably gone or
         whose lease ran out. Keys whose owner is alive and running are not listed.
         """
+        now = utc_now()
+        return [
+            record
+            for record in self.records(unsettled=True)
+            if abandonment(record, now=now, owner_gone=self.owner_gone) is not None
+        ]
+
+    def records(
+        self,
+        *,
+        state: State | None = None,
+        tool: str | None = None,
+        since: datetime | None = None,
+        unsettled: bool = False,
+    ) -> list[Record]:
+        """Return the keys, oldest attempt first.
+
+        Only those in ``state``, of ``tool``, attempted at or after ``since``, or (with
+        ``unsettled``) ATTEMPTING or IN_DOUBT, when given.
+        """
+        where = [
+            "coalesce(?, state) = state",
+            "coalesce(?, tool) = tool",
+            "attempted_at >= coalesce(?, attempted_at)",
+        ]
+        if unsettled:
+            where.append(f"state IN ({UNSETTLED_SQL})")
+        params = (None if state is None else state.value, tool, _time(since))
         with self._errors():
             rows = (
                 self._connection()
                 .execute(
-                    f"SELECT {_COLUMNS} FROM calls WHERE state IN ({_UNSETTLED_SQL}) "  # noqa: S608 - constants
-                    "ORDER BY attempted_at, key"
+                    f"SELECT {_COLUMNS} FROM calls WHERE {' AND '.join(where)} "  # noqa: S608 - constants
+                    "ORDER BY attempted_at, key",
+                    params,
                 )
                 .fetchall()
             )
-        now = utc_now()
-        records = [_record(row) for row in rows]
-        return [
-            record
-            for record in records
-            if record.state is State.IN_DOUBT
-            or record.lease_until <= now
-            or self.owner_gone(record.owner)
-        ]
+        return [_record(row) for row in rows]
+
+    def counts(self) -> dict[tuple[str, State], int]:
+        """Return how many keys each tool has in each state."""
+        with self._errors():
+            rows = (
+                self._connection()
+                .execute("SELECT tool, state, count(*) FROM calls GROUP BY tool, state")
+                .fetchall()
+            )
+        return {(tool, State(state)): count for tool, state, count in rows}
+
+    def history(self, key: str) -> list[Event]:
+        """Return every change of ``key``'s state, oldest first (empty for an unknown key).
+
+        The history outlives a purge of the key and is never rewritten: the ledger refuses
+        updates and deletes of it.
+        """
+        return self._history("key", key)
+
+    def saga_history(self, saga_id: str) -> list[Event]:
+        """Return every change of the saga's state, oldest first."""
+        return self._history("saga", saga_id)
 
     def resolve(
         self,
@@ -283,20 +284,23 @@ class Store:
         happened: bool,
         result: object = _NO_RESULT,
         attempt_id: str | None = None,
+        note: str | None = None,
     ) -> Record:
-        """Close an in-doubt (IN_DOUBT or ATTEMPTING) key after checking what really happened.
+        """Close an in-doubt key after checking what really happened; return its record.
 
-        ``happened=True`` records it as SUCCEEDED with ``result``, given as the tool would
-        have returned it (``None`` for a tool that returns ``None``); later calls replay it,
-        rebuilt as the tool's return type. ``happened=False`` releases it: the next call
-        runs the action.
+        In doubt means IN_DOUBT, or ATTEMPTING under an owner that is gone or whose lease
+        ran out. ``happened=True`` records it as SUCCEEDED with ``result``, given as the tool
+        would have returned it (``None`` for a tool that returns ``None``); later calls
+        replay it, rebuilt as the tool's return type. ``happened=False`` releases it: the
+        next call runs the action. ``note`` goes into the key's history with the decision.
 
         Pass ``attempt_id`` (from the ``Record`` you checked) so the decision applies only to
         that attempt: if the key was meanwhile released and claimed by a new caller, a
-        repeated or stale resolve then fails instead of releasing the new, running attempt.
+        repeated or stale resolve then fails instead of touching the new attempt.
 
         Raises:
-            SafeError: the key is unknown, not in doubt, or not at ``attempt_id`` any more.
+            SafeError: the key is unknown, not in doubt, running under a live owner, or not
+                at ``attempt_id`` any more (nothing was changed).
             ValueError: ``result`` is missing with ``happened=True``, given with
                 ``happened=False``, or cannot be stored.
 
@@ -308,32 +312,174 @@ class Store:
             )
         if not happened and result is not _NO_RESULT:
             raise ValueError("a result makes sense only with happened=True")
-        finished = _time(utc_now())
-        if happened:
-            change = "state = ?, result = ?, finished_at = ?, doubt_reason = NULL"
-            params: tuple[object, ...] = (
-                State.SUCCEEDED.value,
-                json.dumps(encode_untyped(result)),
-                finished,
+        stored = json.dumps(encode_untyped(result)) if happened else None
+        record = check_resolvable(key, self.get(key))
+        if attempt_id is not None and record.attempt_id != attempt_id:
+            raise SafeError(
+                f"cannot resolve key {key!r}: attempt {attempt_id} is over, the key is now at "
+                f"attempt {record.attempt_id}; check that attempt, then resolve it"
             )
-        else:
-            change = "state = ?, finished_at = ?, doubt_reason = NULL"
-            params = (State.RELEASED.value, finished)
-        with self._errors():
-            changed = self._write(
-                f"UPDATE calls SET {change} WHERE key = ? AND state IN ({_UNSETTLED_SQL}) "  # noqa: S608 - constants
-                "AND attempt_id = coalesce(?, attempt_id)",
-                (*params, key, attempt_id),
-                sync=True,
+        if abandonment(record, now=utc_now(), owner_gone=self.owner_gone) is None:
+            raise SafeError(
+                f"cannot resolve key {key!r}: its action is running right now (process "
+                f"{record.owner.pid} on {record.owner.host}, lease until "
+                f"{_time(record.lease_until)}); wait for its outcome"
             )
-        record = self.get(key)
-        if changed and record is not None:
-            return record
-        unsettled = check_resolvable(key, record)
-        raise SafeError(
-            f"cannot resolve key {key!r}: attempt {attempt_id} is over, the key is now at "
-            f"attempt {unsettled.attempt_id}; check that attempt, then resolve it"
+        to = State.SUCCEEDED if happened else State.RELEASED
+        if self.settle(record, to, stored, why=Why.RESOLVED, note=note, operator=True) is None:
+            raise SafeError(
+                f"cannot resolve key {key!r}: it changed while being resolved; look at it again"
+            )
+        settled = self.get(key)
+        if settled is None:  # pragma: no cover - keys are only removed by purge, never unsettled
+            raise SafeError(f"cannot resolve key {key!r}: it vanished")
+        return settled
+
+    def settle(  # noqa: PLR0913 - one parameter per column of the decision
+        self,
+        record: Record,
+        to: State,
+        result: str | None,
+        *,
+        why: Why,
+        note: str | None,
+        operator: bool = False,
+    ) -> Event | None:
+        """Close ``record``'s attempt as SUCCEEDED (with ``result``, JSON text) or RELEASED.
+
+        Applies only while the key is still at that attempt and in doubt; returns the event
+        appended to its history, or ``None`` if the key had moved on (nothing changed). The
+        change and its event are one synced transaction.
+        """
+        event = self._new_event(record.key, to, why, note=note, operator=operator)
+        with self._errors(), self._transaction(sync=True) as db:
+            logged = db.execute(
+                f"{_LOG_FROM_ROW} FROM calls WHERE key = ? AND attempt_id = ? "
+                f"AND state IN ({UNSETTLED_SQL})",
+                (*_event_params(event), record.key, record.attempt_id),
+            )
+            if not logged.rowcount:
+                return None
+            db.execute(
+                "UPDATE calls SET state = ?, result = ?, finished_at = ?, doubt_reason = NULL, "
+                "error_type = NULL, error_message = NULL WHERE key = ? AND attempt_id = ?",
+                (to.value, result, _time(event.at), record.key, record.attempt_id),
+            )
+            checkpoint("settling")
+        return attrs.evolve(event, from_state=record.state, attempt_id=record.attempt_id)
+
+    def note(self, record: Record, why: Why, note: str) -> Event | None:
+        """Append an event that changes nothing (a probe's answer) to an in-doubt key's history.
+
+        Returns the event, or ``None`` if the key had moved on from ``record``'s attempt.
+        """
+        event = self._new_event(
+            record.key,
+            State.IN_DOUBT,
+            why,
+            note=note,
+            from_state=State.IN_DOUBT,
+            attempt_id=record.attempt_id,
         )
+        with self._errors(), self._transaction(sync=False) as db:
+            logged = db.execute(
+                f"{_LOG} SELECT 'key', key, attempt_id, state, state, ?, ?, ?, ?, ?, ? "  # noqa: S608 - constants
+                f"FROM calls WHERE key = ? AND attempt_id = ? AND state IN ({UNSETTLED_SQL})",
+                (*_event_params(event)[1:], record.key, record.attempt_id),
+            )
+        return event if logged.rowcount else None
+
+    def reconcile(self, probes: Mapping[str, Probe[object]]) -> list[Event]:
+        """Ask each in-doubt key's probe (``probes`` maps tool names to probes) what happened.
+
+        A key whose tool has no probe is left alone. Happened closes the key as SUCCEEDED
+        with the probe's result; not happened releases it; unknown, or a probe that raises,
+        leaves it in doubt. Returns the events appended to the keys' histories.
+        """
+        events = []
+        for record in self.list_in_doubt():
+            probe = probes.get(record.tool)
+            reason = abandonment(record, now=utc_now(), owner_gone=self.owner_gone)
+            if probe is None or reason is None:
+                continue
+            if record.state is State.ATTEMPTING:
+                self.mark_in_doubt(record.key, record.attempt_id, reason)
+            receipt = in_doubt_from(record, reason)
+            event = reconcile_key(self, record, receipt, probe, encode_untyped)
+            if event is not None:
+                events.append(event)
+        return events
+
+    def purge(
+        self,
+        older_than: datetime,
+        *,
+        states: Iterable[State] = (State.SUCCEEDED, State.FAILED),
+        dry_run: bool = False,
+    ) -> Purged:
+        """Remove keys in ``states`` that finished before ``older_than``, and finished sagas.
+
+        A purged key is forgotten: its next call runs the action again, so purge only keys
+        nobody will retry. Keys in a saga go only with their saga, which goes once it
+        COMPLETED or was COMPENSATED before ``older_than``. Histories are kept, with a
+        ``purged`` event. ``dry_run`` reports what would go and removes nothing.
+
+        Raises:
+            ValueError: ``states`` includes ATTEMPTING or IN_DOUBT, which are never purged.
+
+        """
+        wanted = frozenset(states)
+        if wanted & UNSETTLED:
+            raise ValueError(
+                "ATTEMPTING and IN_DOUBT keys are never purged: resolve them first "
+                f"(asked for {', '.join(sorted(s.value for s in wanted & UNSETTLED))})"
+            )
+        cutoff = _time(older_than)
+        finals = (SagaState.COMPLETED.value, SagaState.COMPENSATED.value)
+        with self._errors(), self._transaction(sync=False) as db:
+            sagas = [
+                (saga_id, SagaState(state))
+                for saga_id, state in db.execute(
+                    "SELECT saga_id, state FROM sagas WHERE state IN (?, ?) AND updated_at < ? "
+                    "ORDER BY saga_id",
+                    (*finals, cutoff),
+                )
+            ]
+            marks = ", ".join("?" * len(wanted)) or "NULL"
+            keys = [
+                (key, attempt_id, State(state))
+                for key, attempt_id, state in db.execute(
+                    "WITH kept AS (SELECT saga_id FROM sagas WHERE NOT "  # noqa: S608 - placeholders
+                    "(state IN (?, ?) AND updated_at < ?)), "
+                    "in_kept AS (SELECT key FROM saga_steps WHERE saga_id IN kept "
+                    "UNION SELECT key || ':compensate' FROM saga_steps WHERE saga_id IN kept) "
+                    "SELECT key, attempt_id, state FROM calls WHERE state IN "
+                    f"({marks}) AND finished_at < ? AND key NOT IN in_kept ORDER BY key",
+                    (*finals, cutoff, *(s.value for s in wanted), cutoff),
+                )
+            ]
+            if not dry_run:
+                self._remove(db, keys, sagas)
+        return Purged(keys=tuple(key for key, _, _ in keys), sagas=tuple(s for s, _ in sagas))
+
+    def _remove(
+        self,
+        db: sqlite3.Connection,
+        keys: list[tuple[str, str, State]],
+        sagas: list[tuple[str, SagaState]],
+    ) -> None:
+        for key, attempt_id, state in keys:
+            event = self._new_event(
+                key, None, Why.PURGED, operator=True, from_state=state, attempt_id=attempt_id
+            )
+            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", event))
+            db.execute("DELETE FROM calls WHERE key = ?", (key,))
+            db.execute("DELETE FROM late_completions WHERE key = ?", (key,))
+        for saga_id, saga_state in sagas:
+            event = self._new_event(saga_id, None, Why.PURGED, operator=True, from_state=saga_state)
+            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("saga", event))
+            db.execute("DELETE FROM saga_steps WHERE saga_id = ?", (saga_id,))
+            db.execute("DELETE FROM sagas WHERE saga_id = ?", (saga_id,))
 
     def claim(
         self, key: str, tool: str, args_hash: str, *, attempt_id: str, previous: Record | None
@@ -357,27 +503,37 @@ class Store:
             owner.started,
             _time(lease_until),
         )
-        with self._errors():
+        event = Event(
+            subject=key,
+            at=now,
+            why=Why.CLAIMED,
+            by="process",
+            host=owner.host,
+            pid=owner.pid,
+            from_state=None if previous is None else previous.state,
+            to_state=State.ATTEMPTING,
+            attempt_id=attempt_id,
+        )
+        with self._errors(), self._transaction(sync=True) as db:
             if previous is None:
                 try:
-                    self._write(
+                    db.execute(
                         "INSERT INTO calls (key, tool, args_hash, state, attempt_id, "
                         "attempted_at, owner_host, owner_boot, owner_pid, owner_started, "
                         "lease_until, schema_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                         (key, tool, args_hash, *attempt, SCHEMA_VERSION),
-                        sync=True,
                     )
                 except sqlite3.IntegrityError:
                     return None
-            elif not self._write(
+            elif not db.execute(
                 "UPDATE calls SET state = ?, attempt_id = ?, attempted_at = ?, owner_host = ?, "
                 "owner_boot = ?, owner_pid = ?, owner_started = ?, lease_until = ?, "
                 "finished_at = NULL, result = NULL, error_type = NULL, error_message = NULL, "
                 "doubt_reason = NULL WHERE key = ? AND state = ? AND attempt_id = ?",
                 (*attempt, key, State.RELEASED.value, previous.attempt_id),
-                sync=True,
-            ):
+            ).rowcount:
                 return None
+            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", event))
         return Record(
             key=key,
             tool=tool,
@@ -451,7 +607,6 @@ class Store:
             self._write(
                 "UPDATE calls SET lease_until = ? WHERE key = ? AND attempt_id = ? AND state = ?",
                 (lease_until, key, attempt_id, State.ATTEMPTING.value),
-                sync=False,
             )
 
     def finish(  # noqa: PLR0913 - one parameter per column of an outcome
@@ -472,24 +627,34 @@ class Store:
         to see the duplicate, and False is returned.
         """
         stored = None if result is None else json.dumps(result)
-        finished = _time(utc_now())
+        event = self._new_event(key, state, why_finished(state, doubt_reason))
+        finished = _time(event.at)
         outcome = (state.value, stored, error_type, error_message, finished)
         reason = None if doubt_reason is None else doubt_reason.value
-        with self._errors():
-            if self._write(
+        with self._errors(), self._transaction(sync=False) as db:
+            db.execute(
+                f"{_LOG_FROM_ROW} FROM calls WHERE key = ? AND attempt_id = ?",
+                (*_event_params(event), key, attempt_id),
+            )
+            if db.execute(
                 "UPDATE calls SET state = ?, result = ?, error_type = ?, error_message = ?, "
                 "finished_at = ?, doubt_reason = ? WHERE key = ? AND attempt_id = ?",
                 (*outcome, reason, key, attempt_id),
-                sync=False,
-            ):
+            ).rowcount:
                 return True
-            self._write(
+            db.execute(
                 "INSERT OR REPLACE INTO late_completions (key, attempt_id, state, result, "
                 "error_type, error_message, finished_at, schema_version) "
                 "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
                 (key, attempt_id, *outcome, SCHEMA_VERSION),
-                sync=False,
             )
+            late = attrs.evolve(
+                event,
+                why=Why.LATE_COMPLETION,
+                from_state=State.ATTEMPTING,
+                attempt_id=attempt_id,
+            )
+            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", late))
         return False
 
     def late_completions(self, key: str | None = None) -> list[Record]:
@@ -531,12 +696,16 @@ class Store:
 
     def mark_in_doubt(self, key: str, attempt_id: str, reason: DoubtReason) -> None:
         """Turn this attempt's ATTEMPTING row into IN_DOUBT; a finished row is left alone."""
-        with self._errors():
-            self._write(
+        event = self._new_event(key, State.IN_DOUBT, why_in_doubt(reason))
+        with self._errors(), self._transaction(sync=False) as db:
+            db.execute(
+                f"{_LOG_FROM_ROW} FROM calls WHERE key = ? AND attempt_id = ? AND state = ?",
+                (*_event_params(event), key, attempt_id, State.ATTEMPTING.value),
+            )
+            db.execute(
                 "UPDATE calls SET state = ?, doubt_reason = ? "
                 "WHERE key = ? AND attempt_id = ? AND state = ?",
                 (State.IN_DOUBT.value, reason.value, key, attempt_id, State.ATTEMPTING.value),
-                sync=False,
             )
 
     def get_saga(self, saga_id: str) -> SagaRecord | None:
@@ -570,14 +739,15 @@ class Store:
 
     def begin_saga(self, saga_id: str) -> SagaRecord:
         """Record saga ``saga_id`` as RUNNING unless it exists; return its progress."""
-        now = _time(utc_now())
-        with self._errors():
-            self._write(
+        event = self._new_event(saga_id, SagaState.RUNNING, Why.STARTED)
+        now = _time(event.at)
+        with self._errors(), self._transaction(sync=False) as db:
+            if db.execute(
                 "INSERT OR IGNORE INTO sagas (saga_id, state, started_at, updated_at, "
                 "schema_version) VALUES (?, ?, ?, ?, ?)",
                 (saga_id, SagaState.RUNNING.value, now, now, SCHEMA_VERSION),
-                sync=False,
-            )
+            ).rowcount:
+                db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("saga", event))
         saga = self.get_saga(saga_id)
         if saga is None:
             raise StoreError(f"{self._path}: saga {saga_id!r} vanished while starting")
@@ -598,7 +768,6 @@ class Store:
                 "INSERT OR IGNORE INTO saga_steps (saga_id, step_index, name, key, compensation) "
                 "VALUES (?, ?, ?, ?, ?)",
                 (saga_id, index, name, key, compensation),
-                sync=False,
             )
             (recorded,) = (
                 self._connection()
@@ -619,17 +788,76 @@ class Store:
         abort_reason: str | None = None,
     ) -> None:
         """Set the saga's state; the abort's step and reason are kept once recorded."""
-        with self._errors():
-            self._write(
+        event = self._new_event(saga_id, state, saga_why(state))
+        with self._errors(), self._transaction(sync=False) as db:
+            db.execute(
+                f"{_LOG} SELECT 'saga', saga_id, NULL, state, ?, ?, ?, ?, ?, ?, ? FROM sagas "  # noqa: S608 - constants
+                "WHERE saga_id = ? AND state != ?",
+                (*_event_params(event), saga_id, state.value),
+            )
+            db.execute(
                 "UPDATE sagas SET state = ?, updated_at = ?, "
                 "aborted_step = coalesce(aborted_step, ?), "
                 "abort_reason = coalesce(abort_reason, ?) WHERE saga_id = ?",
-                (state.value, _time(utc_now()), aborted_step, abort_reason, saga_id),
-                sync=False,
+                (state.value, _time(event.at), aborted_step, abort_reason, saga_id),
             )
 
-    def _write(self, sql: str, params: tuple[object, ...], *, sync: bool) -> bool:
-        """Run one statement as its own transaction; return whether it changed a row.
+    def _new_event(  # noqa: PLR0913 - one parameter per field of an event
+        self,
+        subject: str,
+        to_state: State | SagaState | None,
+        why: Why,
+        *,
+        note: str | None = None,
+        operator: bool = False,
+        from_state: State | SagaState | None = None,
+        attempt_id: str | None = None,
+    ) -> Event:
+        owner = self.owner
+        return Event(
+            subject=subject,
+            at=utc_now(),
+            why=why,
+            by="operator" if operator else "process",
+            host=owner.host,
+            pid=owner.pid,
+            from_state=from_state,
+            to_state=to_state,
+            attempt_id=attempt_id,
+            note=note,
+        )
+
+    def _history(self, kind: str, subject: str) -> list[Event]:
+        states: type[State | SagaState] = State if kind == "key" else SagaState
+        with self._errors():
+            rows = (
+                self._connection()
+                .execute(
+                    "SELECT at, why, by_kind, by_host, by_pid, from_state, to_state, "
+                    "attempt_id, note FROM history WHERE kind = ? AND subject = ? ORDER BY seq",
+                    (kind, subject),
+                )
+                .fetchall()
+            )
+        return [
+            Event(
+                subject=subject,
+                at=datetime.fromisoformat(at),
+                why=Why(why),
+                by="operator" if by == "operator" else "process",
+                host=host,
+                pid=pid,
+                from_state=None if from_state is None else states(from_state),
+                to_state=None if to_state is None else states(to_state),
+                attempt_id=attempt_id,
+                note=note,
+            )
+            for at, why, by, host, pid, from_state, to_state, attempt_id, note in rows
+        ]
+
+    @contextlib.contextmanager
+    def _transaction(self, *, sync: bool) -> Iterator[sqlite3.Connection]:
+        """Run the block as one write transaction, rolled back if it raises.
 
         ``sync`` commits with ``synchronous=FULL`` (the WAL is fsynced before the commit
         returns), otherwise ``NORMAL`` (durable across a process crash; synced at the next
@@ -640,10 +868,20 @@ class Store:
         if full:
             connection.execute("PRAGMA synchronous = FULL")
         try:
-            return connection.execute(sql, params).rowcount > 0
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                yield connection
+                connection.execute("COMMIT")
+            finally:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
         finally:
             if full:
                 connection.execute("PRAGMA synchronous = NORMAL")
+
+    def _write(self, sql: str, params: tuple[object, ...]) -> None:
+        """Run one statement that changes no state (so has no history) as its own transaction."""
+        self._connection().execute(sql, params)
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
@@ -694,7 +932,7 @@ class Store:
             )
         try:
             with self._errors():
-                _prepare(connection, self._path)
+                prepare(connection, self._path)
         except BaseException:
             connection.close()
             raise
@@ -712,13 +950,7 @@ class Store:
         Closing a writable connection checkpoints the WAL into the file, which would change
         a foreign database even though we refuse it.
         """
-        uri = f"{self._path.resolve().as_uri()}?mode=ro"
-        with self._errors():
-            probe = sqlite3.connect(uri, uri=True, isolation_level=None)
-            try:
-                _is_current(probe, self._path)
-            finally:
-                probe.close()
+        check_usable(self._path)
 
 
 class _Connection:
@@ -755,78 +987,6 @@ def _stop_heartbeats() -> None:
     """
     for store in list(_BEATING):
         store._stop_heartbeat(wait=1.0)  # noqa: SLF001 - the module's own class
-
-
-def _prepare(connection: sqlite3.Connection, path: Path) -> None:
-    """Check the file is a safeact ledger this version can use, creating the schema if empty.
-
-    Nothing is written to a file that fails the check.
-    """
-    connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
-    if not _is_current(connection, path):
-        # Two processes may open a new file at once: the write lock makes one create it.
-        connection.execute("BEGIN IMMEDIATE")
-        try:
-            if not _is_current(connection, path):
-                for statement in _SCHEMA:
-                    connection.execute(statement)
-            connection.execute("COMMIT")
-        finally:
-            if connection.in_transaction:
-                connection.execute("ROLLBACK")
-    _use_wal(connection, path)
-    connection.execute("PRAGMA synchronous = NORMAL")
-
-
-def _use_wal(connection: sqlite3.Connection, path: Path) -> None:
-    """Switch a new ledger to WAL mode; the first opener does it, the others wait for it.
-
-    SQLite answers a journal-mode switch that races another connection's read with BUSY,
-    at once when both would need the exclusive lock, so this loop does the waiting, within
-    the busy timeout, with SQLite's own busy handler off.
-    """
-    deadline = time.monotonic() + BUSY_TIMEOUT
-    connection.execute("PRAGMA busy_timeout = 0")
-    try:
-        while connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
-            try:
-                mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            except sqlite3.OperationalError as exc:
-                if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.005)
-                continue
-            if mode != "wal":
-                raise StoreError(f"{path}: cannot switch the ledger to WAL mode ({mode!r})")
-    finally:
-        connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
-
-
-def _is_current(connection: sqlite3.Connection, path: Path) -> bool:
-    """Return True for a ledger of this schema, False for an empty database.
-
-    Raises:
-        StoreError: the file is another program's database or from a newer safeact.
-
-    """
-    # One statement, so one snapshot: another process may be creating the ledger right now.
-    application_id, version, tables = connection.execute(
-        "SELECT (SELECT application_id FROM pragma_application_id), "
-        "(SELECT user_version FROM pragma_user_version), (SELECT count(*) FROM sqlite_master)"
-    ).fetchone()
-    if application_id == APPLICATION_ID:
-        if version > SCHEMA_VERSION:
-            raise StoreError(
-                f"{path}: the ledger has schema version {version}, newer than this safeact "
-                f"understands ({SCHEMA_VERSION}); upgrade safeact. The file was not changed"
-            )
-        return True
-    if application_id != 0 or version != 0 or tables:
-        raise StoreError(
-            f"{path}: this is a SQLite database but not a safeact ledger; "
-            "point safeact at a new file. The file was not changed"
-        )
-    return False
 
 
 _SagaRow: TypeAlias = tuple[str, str, str, str, str | None, str | None]
@@ -899,4 +1059,27 @@ def _record(row: _Row) -> Record:
         error_type=error_type,
         error_message=error_message,
         doubt_reason=None if doubt_reason is None else DoubtReason(doubt_reason),
+    )
+
+
+def _event_values(kind: str, event: Event) -> tuple[object, ...]:
+    return (
+        kind,
+        event.subject,
+        event.attempt_id,
+        None if event.from_state is None else event.from_state.value,
+        *_event_params(event),
+    )
+
+
+def _event_params(event: Event) -> tuple[object, ...]:
+    """The values of an event after its subject, attempt and from-state."""
+    return (
+        None if event.to_state is None else event.to_state.value,
+        _time(event.at),
+        event.by,
+        event.host,
+        event.pid,
+        event.why.value,
+        event.note,
     )

@@ -43,6 +43,7 @@ if TYPE_CHECKING:
     from safeact._owner import Owner
 
 __all__ = [
+    "CALL_CHECKPOINTS",
     "JSON",
     "Checkpoint",
     "Doubt",
@@ -55,6 +56,7 @@ __all__ = [
     "State",
     "Step",
     "Wait",
+    "abandonment",
     "check_resolvable",
     "checkpoint",
     "checkpoint_hook",
@@ -156,7 +158,7 @@ class Wait:
 Step: TypeAlias = Run | Replay | Doubt | Wait
 
 
-def next_step(  # noqa: PLR0911 - one return per row of the decision table
+def next_step(
     record: Record | None,
     tool: str,
     args_hash: str,
@@ -190,14 +192,28 @@ def next_step(  # noqa: PLR0911 - one return per row of the decision table
             return Run(record)
         case State.SUCCEEDED | State.FAILED:
             return Replay(record)
+        case State.IN_DOUBT | State.ATTEMPTING:
+            reason = abandonment(record, now=now, owner_gone=owner_gone)
+            return Wait(record) if reason is None else Doubt(record, reason)
+
+
+def abandonment(
+    record: Record, *, now: datetime, owner_gone: Callable[[Owner], bool]
+) -> DoubtReason | None:
+    """Why ``record`` needs a decision, or ``None`` if it does not need one (yet).
+
+    An IN_DOUBT key needs one; so does an ATTEMPTING key whose lease ran out or whose owner
+    is provably gone. An ATTEMPTING key under a live owner, and a settled key, do not.
+    """
+    match record.state:
         case State.IN_DOUBT:
-            return Doubt(record, record.doubt_reason or DoubtReason.CRASHED)
+            return record.doubt_reason or DoubtReason.CRASHED
         case State.ATTEMPTING if record.lease_until <= now:
-            return Doubt(record, DoubtReason.LEASE_EXPIRED)
+            return DoubtReason.LEASE_EXPIRED
         case State.ATTEMPTING if owner_gone(record.owner):
-            return Doubt(record, DoubtReason.CRASHED)
-        case State.ATTEMPTING:
-            return Wait(record)
+            return DoubtReason.CRASHED
+        case _:
+            return None
 
 
 def check_resolvable(key: str, record: Record | None) -> Record:
@@ -254,8 +270,22 @@ class SagaRecord:
     abort_reason: str | None = None
 
 
-Checkpoint: TypeAlias = Literal["before_claim", "after_claim", "after_call", "after_record"]
-"""The points of record-before-execute where a crash leaves a different ledger behind."""
+Checkpoint: TypeAlias = Literal[
+    "before_claim", "after_claim", "after_call", "after_record", "probed", "settling"
+]
+"""The points where a crash leaves a different ledger behind.
+
+The first four are the points of record-before-execute, in a call that runs the action
+(``CALL_CHECKPOINTS``); ``probed`` is after a reconciliation probe answered, ``settling``
+inside the transaction that closes an in-doubt key, before it commits.
+"""
+
+CALL_CHECKPOINTS: tuple[Checkpoint, ...] = (
+    "before_claim",
+    "after_claim",
+    "after_call",
+    "after_record",
+)
 
 _hook: Callable[[Checkpoint], None] | None = None
 

@@ -27,6 +27,7 @@ from safeact._keys import args_hash, check_key, check_text
 from safeact._ledger import Store, get_store, utc_now
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded, failed_from, in_doubt_from
 from safeact._protocol import (
+    JSON,
     Doubt,
     DoubtReason,
     Record,
@@ -38,6 +39,7 @@ from safeact._protocol import (
     checkpoint,
     next_step,
 )
+from safeact._reconcile import Probe, reconcile_key
 
 __all__ = ["AsyncSafeTool", "SafeTool", "raise_on_doubt", "safe"]
 
@@ -64,8 +66,12 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
     ``wait`` is how many seconds a caller that finds its key running under a live owner
     waits for that owner's outcome (0: do not wait) before it gets ``InDoubt`` (in flight).
     ``compensate`` undoes the tool's action when it is a step of a ``Saga`` that aborts: it
-    is called as ``compensate(compensation_key, value)``, itself a guarded call. An
-    ``async def`` function becomes an ``AsyncSafeTool``.
+    is called as ``compensate(compensation_key, value)``, itself a guarded call.
+    ``reconcile`` is a probe, ``probe(key, receipt)``, asked once whenever a call finds its
+    key in doubt: ``Happened(result)`` closes the key and the call replays ``result``,
+    ``NotHappened()`` releases it and the call runs the action, ``Unknown()`` (or a probe
+    that raises) leaves it in doubt and the call returns ``InDoubt``. An ``async def``
+    function becomes an ``AsyncSafeTool`` (its probe runs in a worker thread).
 
     Raises:
         StoreError: the ledger at ``store`` cannot be opened.
@@ -73,7 +79,7 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
 
     """
 
-    __slots__ = ("_compensate", "_name", "_store", "_wait")
+    __slots__ = ("_compensate", "_name", "_reconcile", "_store", "_wait")
 
     def __init__(
         self,
@@ -82,6 +88,7 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
         name: str | None = None,
         wait: float = WAIT,
         compensate: Compensation | None = None,
+        reconcile: Probe[object] | None = None,
     ) -> None:
         """Open the ledger now, so a bad path fails before any action runs."""
         if name is not None:
@@ -94,6 +101,7 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
         self._name = name
         self._wait = wait
         self._compensate = compensate
+        self._reconcile = reconcile
 
     @overload
     def __call__(  # type: ignore[overload-overlap] # a coroutine function is also a callable
@@ -113,7 +121,12 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
                 and rebuilt (missing, too loose, awaitable, or unknown to cattrs).
 
         """
-        settings = {"name": self._name, "wait": self._wait, "compensate": self._compensate}
+        settings = {
+            "name": self._name,
+            "wait": self._wait,
+            "compensate": self._compensate,
+            "reconcile": self._reconcile,
+        }
         if inspect.iscoroutinefunction(fn):
             return AsyncSafeTool(fn, self._store, **settings)  # type: ignore[arg-type] # checked just above
         return SafeTool(fn, self._store, **settings)  # type: ignore[arg-type] # forwarded keywords
@@ -122,7 +135,7 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
 class _Guard(Generic[T_co]):
     """What a sync and an async tool share: checks, decisions, and the outcomes they build."""
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - one keyword per setting of safe()
         self,
         fn: Callable[..., object],
         store: Store,
@@ -130,11 +143,13 @@ class _Guard(Generic[T_co]):
         name: str | None = None,
         wait: float = WAIT,
         compensate: Compensation | None = None,
+        reconcile: Probe[object] | None = None,
     ) -> None:
         self.name = name if name is not None else _default_name(fn)
         self.store = store
         self.wait = wait
         self.compensate = compensate
+        self.reconcile = reconcile
         self._signature = _key_first_signature(fn, self.name)
         self.return_type = check_return_type(fn, self.name)
 
@@ -165,6 +180,23 @@ class _Guard(Generic[T_co]):
         if record.state is State.ATTEMPTING and reason is not DoubtReason.IN_FLIGHT:
             self.store.mark_in_doubt(record.key, record.attempt_id, reason)
         return in_doubt_from(record, reason)
+
+    def _doubt_or_probe(
+        self, record: Record, reason: DoubtReason, *, probed: bool
+    ) -> InDoubt | None:
+        """Mark the key in doubt; then, if a probe is set and not yet asked, ask it.
+
+        Returns the receipt when the call ends in doubt, ``None`` when the probe's answer
+        changed the key and the caller should decide again.
+        """
+        receipt = self._doubt(record, reason)
+        if self.reconcile is None or probed:
+            return receipt
+        reconcile_key(self.store, record, receipt, self.reconcile, self._encode)
+        return None
+
+    def _encode(self, value: object) -> JSON:
+        return encode(value, self.return_type)
 
     def _attempt(self, digest: str, previous: Record | None, key: str) -> Record | None:
         checkpoint("before_claim")
@@ -236,7 +268,7 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
     it; ``__wrapped__`` is the function itself.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - one keyword per setting of safe()
         self,
         fn: Callable[Concatenate[str, P], T_co],
         store: Store,
@@ -244,11 +276,14 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
         name: str | None = None,
         wait: float = WAIT,
         compensate: Compensation | None = None,
+        reconcile: Probe[object] | None = None,
     ) -> None:
         """Check ``fn`` and bind it to ``store``; see ``safe``."""
         if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
             raise TypeError(f"{fn.__qualname__} is async: make it a tool with safe(store)")
-        super().__init__(fn, store, name=name, wait=wait, compensate=compensate)
+        super().__init__(
+            fn, store, name=name, wait=wait, compensate=compensate, reconcile=reconcile
+        )
         self._fn = fn
         functools.update_wrapper(self, fn)
 
@@ -270,7 +305,7 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
         """
         digest = self._digest(key, args, kwargs)
         record = self.store.get(key)
-        deadline, pause = time.monotonic() + self.wait, _FIRST_PAUSE
+        deadline, pause, probed = time.monotonic() + self.wait, _FIRST_PAUSE, False
         while True:
             match self._next(record, digest):
                 case Replay(stored):
@@ -280,7 +315,10 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
                     if claimed is not None:
                         return self._run(claimed, args, kwargs)
                 case Doubt(unsettled, reason):
-                    return self._doubt(unsettled, reason)
+                    receipt = self._doubt_or_probe(unsettled, reason, probed=probed)
+                    if receipt is not None:
+                        return receipt
+                    probed = True
                 case Wait(running):
                     left = deadline - time.monotonic()
                     if left <= 0:
@@ -313,7 +351,7 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
     ``CancelledError`` propagates.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - one keyword per setting of safe()
         self,
         fn: Callable[Concatenate[str, P], Coroutine[Any, Any, T_co]],
         store: Store,
@@ -321,9 +359,12 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
         name: str | None = None,
         wait: float = WAIT,
         compensate: Compensation | None = None,
+        reconcile: Probe[object] | None = None,
     ) -> None:
         """Check ``fn`` and bind it to ``store``; see ``safe``."""
-        super().__init__(fn, store, name=name, wait=wait, compensate=compensate)
+        super().__init__(
+            fn, store, name=name, wait=wait, compensate=compensate, reconcile=reconcile
+        )
         self._fn = fn
         functools.update_wrapper(self, fn)
 
@@ -333,7 +374,7 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
 
         digest = self._digest(key, args, kwargs)
         record = await asyncio.to_thread(self.store.get, key)
-        deadline, pause = time.monotonic() + self.wait, _FIRST_PAUSE
+        deadline, pause, probed = time.monotonic() + self.wait, _FIRST_PAUSE, False
         while True:
             match self._next(record, digest):
                 case Replay(stored):
@@ -346,7 +387,12 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
                     if claimed is not None:
                         return await self._run(claimed, args, kwargs)
                 case Doubt(unsettled, reason):
-                    return await asyncio.to_thread(self._doubt, unsettled, reason)
+                    receipt = await asyncio.to_thread(
+                        self._doubt_or_probe, unsettled, reason, probed=probed
+                    )
+                    if receipt is not None:
+                        return receipt
+                    probed = True
                 case Wait(running):
                     left = deadline - time.monotonic()
                     if left <= 0:

@@ -42,3 +42,16 @@ def bury_owners(ledger: Path) -> None:
             connection.execute("UPDATE calls SET owner_started = -2 WHERE state = 'attempting'")
     finally:
         connection.close()
+
+
+def expire_leases(ledger: Path) -> None:
+    """Make every running attempt's lease run out, as when its owner froze or was cut off."""
+    connection = sqlite3.connect(ledger)
+    try:
+        with connection:
+            connection.execute(
+                "UPDATE calls SET lease_until = '2000-01-01T00:00:00.000000+00:00' "
+                "WHERE state = 'attempting'"
+            )
+    finally:
+        connection.close()

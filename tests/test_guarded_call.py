@@ -19,7 +19,7 @@ from safeact import (
     get_store,
     safe,
 )
-from tests.actions import Receipt, bury_owners
+from tests.actions import Receipt, bury_owners, expire_leases
 
 
 def make_charge(store: Store, runs: list[str]) -> SafeTool[..., Receipt]:
@@ -409,7 +409,8 @@ def test_completion_after_release_and_new_claim_is_kept_as_late(
     def act(key: str) -> int:
         runs.append(len(runs) + 1)
         if runs == [1]:
-            store.resolve(key, happened=False)  # an operator wrongly releases a running attempt
+            expire_leases(store.path)  # the owner looks frozen past its lease...
+            store.resolve(key, happened=False)  # ...and an operator releases it
             assert act(key) == Succeeded(key, 2)  # a new attempt claims and finishes
             return 1
         return 2

@@ -23,11 +23,11 @@ from safeact import (
     Store,
     StoreError,
     Succeeded,
-    _ledger,
+    _schema,
     get_store,
     safe,
 )
-from safeact._ledger import APPLICATION_ID, SCHEMA_VERSION
+from safeact._schema import APPLICATION_ID, SCHEMA_VERSION
 from tests.actions import bury_owners
 
 
@@ -202,6 +202,7 @@ def test_resolve_not_happened_lets_the_next_call_run(store: Store) -> None:
 def test_resolve_attempting_key(store: Store) -> None:
     """A key left ATTEMPTING (its caller killed) can be resolved directly."""
     store.claim("k", "act", "h", attempt_id="a", previous=None)
+    bury_owners(store.path)
     assert store.resolve("k", happened=True, result=[1]).result == [1]
 
 
@@ -293,8 +294,10 @@ def test_version_is_the_project_version() -> None:
 def test_stale_resolve_does_not_touch_a_newer_attempt(store: Store) -> None:
     """resolve(attempt_id=old) fails once the key was released and claimed again."""
     store.claim("k", "act", "h", attempt_id="first", previous=None)
+    bury_owners(store.path)
     released = store.resolve("k", happened=False, attempt_id="first")
     store.claim("k", "act", "h", attempt_id="second", previous=released)
+    bury_owners(store.path)
     with pytest.raises(SafeError, match=r"attempt first is over.*now at attempt second"):
         store.resolve("k", happened=False, attempt_id="first")
     record = store.get("k")
@@ -306,6 +309,7 @@ def test_stale_resolve_does_not_touch_a_newer_attempt(store: Store) -> None:
 def test_resolve_happened_needs_a_result(store: Store) -> None:
     """happened=True without result= is a ValueError: a replay needs a value."""
     store.claim("k", "act", "h", attempt_id="a", previous=None)
+    bury_owners(store.path)
     with pytest.raises(ValueError, match="needs result="):
         store.resolve("k", happened=True)
     assert store.resolve("k", happened=True, result=None).state is State.SUCCEEDED
@@ -314,8 +318,10 @@ def test_resolve_happened_needs_a_result(store: Store) -> None:
 def test_stale_claim_of_a_released_key_loses(store: Store) -> None:
     """Only one caller takes a RELEASED row over; a claim based on an older row gets None."""
     store.claim("k", "act", "h", attempt_id="a", previous=None)
+    bury_owners(store.path)
     released = store.resolve("k", happened=False)
     assert store.claim("k", "act", "h", attempt_id="b", previous=released) is not None
+    bury_owners(store.path)
     assert store.claim("k", "act", "h", attempt_id="c", previous=released) is None
     released_again = store.resolve("k", happened=False)
     assert store.claim("k", "act", "h", attempt_id="d", previous=released) is None
@@ -325,6 +331,7 @@ def test_stale_claim_of_a_released_key_loses(store: Store) -> None:
 def test_claim_of_a_finished_key_loses(store: Store) -> None:
     """A RELEASED row that its owner finished meanwhile cannot be claimed from the old view."""
     store.claim("k", "act", "h", attempt_id="a", previous=None)
+    bury_owners(store.path)
     released = store.resolve("k", happened=False)
     store.finish("k", "a", state=State.SUCCEEDED, result=1)
     assert store.claim("k", "act", "h", attempt_id="b", previous=released) is None
@@ -345,6 +352,7 @@ def test_claim_of_a_released_key_is_synced(ledger: Path) -> None:
     statements: list[str] = []
     with get_store(ledger) as store:
         store.claim("k", "act", "h", attempt_id="a", previous=None)
+        bury_owners(store.path)
         released = store.resolve("k", happened=False)
         store._connection().set_trace_callback(statements.append)
         assert store.claim("k", "act", "h", attempt_id="b", previous=released) is not None
@@ -440,8 +448,8 @@ def test_switch_to_wal_waits_for_a_reader_of_a_new_ledger(
             pauses.append(seconds)
             reader.execute("COMMIT")
 
-    monkeypatch.setattr(_ledger, "BUSY_TIMEOUT", 0.05)
-    monkeypatch.setattr(_ledger, "time", Clock)
+    monkeypatch.setattr(_schema, "BUSY_TIMEOUT", 0.05)
+    monkeypatch.setattr(_schema, "time", Clock)
     try:
         get_store(ledger).close()
     finally:

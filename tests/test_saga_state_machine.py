@@ -4,14 +4,13 @@ import shutil
 import tempfile
 from collections import Counter
 from pathlib import Path
-from typing import get_args
 
 from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
 
 from safeact import Saga, SagaFailed, SagaState, State, get_store
-from safeact._protocol import Checkpoint, checkpoint_hook
+from safeact._protocol import CALL_CHECKPOINTS, Checkpoint, checkpoint_hook
 from tests.actions import bury_owners
 
 SAGAS = st.sampled_from(["s0", "s1", "s2"])
@@ -59,7 +58,7 @@ class SagaMachine(RuleBasedStateMachine):
         saga_id=SAGAS,
         failing_step=st.none() | st.integers(0, STEPS - 1),
         failing_undo=st.none() | st.sampled_from(UNDONE),
-        point=st.sampled_from(get_args(Checkpoint)),
+        point=st.sampled_from(CALL_CHECKPOINTS),
         nth=st.integers(1, 2 * STEPS + 1),
         crash=st.booleans(),
     )

@@ -1,0 +1,111 @@
+"""Reconciliation probes: ask the outside world whether an in-doubt action happened.
+
+A probe is ``probe(key, receipt) -> Happened(result) | NotHappened() | Unknown()``. Payment
+and mail APIs can usually be asked whether a request with a given idempotency key went
+through; a probe does that asking. Only its answer changes the ledger, in one transaction
+with the event that records it; a probe that raises, or answers anything else, changes
+nothing but the history.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Generic, TypeAlias, TypeVar, final
+
+import attrs
+
+from safeact._codec import ResultNotStorableError
+from safeact._history import Event, Why
+from safeact._outcome import InDoubt
+from safeact._protocol import JSON, Record, State, checkpoint
+
+if TYPE_CHECKING:
+    from safeact._ledger import Store
+
+__all__ = ["Happened", "NotHappened", "Probe", "Unknown", "Verdict", "reconcile_key"]
+
+T = TypeVar("T")
+T_co = TypeVar("T_co", covariant=True)
+
+
+@final
+@attrs.frozen
+class Happened(Generic[T_co]):
+    """The action did happen; ``result`` is what the tool would have returned."""
+
+    result: T_co
+    note: str = ""
+
+
+@final
+@attrs.frozen
+class NotHappened:
+    """The action did not happen: the key is released and the call runs it."""
+
+    note: str = ""
+
+
+@final
+@attrs.frozen
+class Unknown:
+    """The probe cannot tell: the key stays in doubt for a person to decide."""
+
+    note: str = ""
+
+
+Verdict: TypeAlias = Happened[T] | NotHappened | Unknown
+Probe: TypeAlias = Callable[[str, InDoubt], Verdict[T]]
+"""``probe(key, receipt)``: find out whether the in-doubt action of ``key`` happened."""
+
+
+def reconcile_key(
+    store: Store,
+    record: Record,
+    receipt: InDoubt,
+    probe: Callable[[str, InDoubt], object],
+    encode: Callable[[object], JSON],
+) -> Event | None:
+    """Ask ``probe`` about the in-doubt ``record`` and apply its answer.
+
+    ``encode`` turns a ``Happened`` result into the JSON a replay rebuilds (a result it
+    refuses counts as a failed probe). Returns the event appended to the key's history, or
+    ``None`` if the key had moved on meanwhile (then nothing was changed).
+    """
+    try:
+        answer = probe(record.key, receipt)
+    except Exception as exc:  # noqa: BLE001 - a probe's failure is an answer: "cannot tell"
+        return store.note(record, Why.PROBE_FAILED, f"the probe raised {_describe(exc)}")
+    checkpoint("probed")
+    match answer:
+        case Happened(result=result, note=note):
+            try:
+                stored = json.dumps(encode(result))
+            except (ResultNotStorableError, ValueError) as exc:
+                return store.note(
+                    record, Why.PROBE_FAILED, f"the probe's result cannot be stored: {exc}"
+                )
+            said = _said("happened", note)
+            return store.settle(record, State.SUCCEEDED, stored, why=Why.RECONCILED, note=said)
+        case NotHappened(note=note):
+            said = _said("did not happen", note)
+            return store.settle(record, State.RELEASED, None, why=Why.RECONCILED, note=said)
+        case Unknown(note=note):
+            return store.note(record, Why.PROBE_UNKNOWN, _said("cannot tell", note))
+        case _:
+            return store.note(
+                record,
+                Why.PROBE_FAILED,
+                f"the probe answered {answer!r}, not Happened, NotHappened or Unknown",
+            )
+
+
+def _said(verdict: str, note: str) -> str:
+    return f"probe: {verdict}" + (f" ({note})" if note else "")
+
+
+def _describe(exc: Exception) -> str:
+    try:
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:  # noqa: BLE001 - a broken __str__ must not hide the failure
+        return type(exc).__name__

@@ -1,0 +1,295 @@
+"""The ledger's schema, its version, and the explicit migration from older versions.
+
+A new ledger is built by the same steps that migrate an old one: the first version's tables,
+then every migration in order. So a migrated ledger and a new one have the same schema.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sqlite3
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+from safeact._protocol import UNSETTLED, SagaState, State
+from safeact.exceptions import StoreError
+
+__all__ = [
+    "APPLICATION_ID",
+    "BUSY_TIMEOUT",
+    "SCHEMA_VERSION",
+    "UNSETTLED_SQL",
+    "check_usable",
+    "migrate",
+    "prepare",
+]
+
+APPLICATION_ID = 0x53414654  # "SAFT": marks a file as a safeact ledger
+BUSY_TIMEOUT = 30.0
+"""Seconds a connection waits for another one's lock before giving up."""
+
+# Sorted, so the partial index and the queries spell the same condition in every process.
+UNSETTLED_SQL = ", ".join(sorted(f"'{s.value}'" for s in UNSETTLED))
+
+_FIRST = (
+    f"""CREATE TABLE calls (
+        key            TEXT PRIMARY KEY NOT NULL,
+        tool           TEXT NOT NULL,
+        args_hash      TEXT NOT NULL,
+        state          TEXT NOT NULL CHECK (state IN ({", ".join(f"'{s.value}'" for s in State)})),
+        attempt_id     TEXT NOT NULL,
+        attempted_at   TEXT NOT NULL,
+        finished_at    TEXT,
+        result         TEXT,
+        error_type     TEXT,
+        error_message  TEXT,
+        owner_host     TEXT NOT NULL,
+        owner_boot     TEXT NOT NULL,
+        owner_pid      INTEGER NOT NULL,
+        owner_started  INTEGER NOT NULL,
+        lease_until    TEXT NOT NULL,
+        doubt_reason   TEXT,
+        schema_version INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TABLE late_completions (
+        key            TEXT NOT NULL,
+        attempt_id     TEXT NOT NULL,
+        state          TEXT NOT NULL,
+        result         TEXT,
+        error_type     TEXT,
+        error_message  TEXT,
+        finished_at    TEXT NOT NULL,
+        schema_version INTEGER NOT NULL,
+        PRIMARY KEY (key, attempt_id)
+    ) WITHOUT ROWID""",
+    f"CREATE INDEX calls_unsettled ON calls (attempted_at) WHERE state IN ({UNSETTLED_SQL})",
+    f"""CREATE TABLE sagas (
+        saga_id        TEXT PRIMARY KEY NOT NULL,
+        state          TEXT NOT NULL
+                       CHECK (state IN ({", ".join(f"'{s.value}'" for s in SagaState)})),
+        started_at     TEXT NOT NULL,
+        updated_at     TEXT NOT NULL,
+        aborted_step   TEXT,
+        abort_reason   TEXT,
+        schema_version INTEGER NOT NULL
+    ) WITHOUT ROWID""",
+    """CREATE TABLE saga_steps (
+        saga_id    TEXT NOT NULL REFERENCES sagas (saga_id),
+        step_index INTEGER NOT NULL,
+        name       TEXT NOT NULL,
+        key        TEXT NOT NULL,
+        compensation TEXT,
+        PRIMARY KEY (saga_id, step_index)
+    ) WITHOUT ROWID""",
+    "CREATE INDEX sagas_by_state ON sagas (state, started_at)",
+)
+
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # 1 -> 2: the audit trail. Keys and sagas settled before it have no history.
+    1: (
+        """CREATE TABLE history (
+            seq        INTEGER PRIMARY KEY,
+            kind       TEXT NOT NULL CHECK (kind IN ('key', 'saga')),
+            subject    TEXT NOT NULL,
+            attempt_id TEXT,
+            from_state TEXT,
+            to_state   TEXT,
+            at         TEXT NOT NULL,
+            by_kind    TEXT NOT NULL CHECK (by_kind IN ('process', 'operator')),
+            by_host    TEXT NOT NULL,
+            by_pid     INTEGER NOT NULL,
+            why        TEXT NOT NULL,
+            note       TEXT
+        )""",
+        "CREATE INDEX history_by_subject ON history (kind, subject, seq)",
+        # Nothing rewrites history, not even safeact: refuse it in the file itself.
+        """CREATE TRIGGER history_is_append_only_update BEFORE UPDATE ON history
+        BEGIN SELECT RAISE(ABORT, 'the safeact history is append-only'); END""",
+        """CREATE TRIGGER history_is_append_only_delete BEFORE DELETE ON history
+        BEGIN SELECT RAISE(ABORT, 'the safeact history is append-only'); END""",
+    ),
+}
+
+SCHEMA_VERSION = 1 + len(_MIGRATIONS)
+
+
+def prepare(connection: sqlite3.Connection, path: Path) -> None:
+    """Check the file is a current safeact ledger, creating the schema if it is empty.
+
+    Nothing is written to a file that fails the check.
+
+    Raises:
+        StoreError: another program's database, or a ledger of another schema version
+            (an older one is upgraded only by ``migrate``).
+
+    """
+    connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
+    if _version(connection, path) != SCHEMA_VERSION:
+        # Two processes may open a new file at once: the write lock makes one create it.
+        with _locked(connection):
+            version = _version(connection, path)
+            if version == 0:
+                _upgrade(connection, 0)
+            elif version < SCHEMA_VERSION:
+                raise _older(path, version)
+    _use_wal(connection, path)
+    connection.execute("PRAGMA synchronous = NORMAL")
+
+
+def migrate(path: Path) -> tuple[int, int]:
+    """Upgrade the ledger at ``path`` to this safeact's schema; return (old, new) versions.
+
+    The old file is first copied to ``<path>.v<old>.bak`` (or ``.bak.N`` if that exists).
+    Safe to run from many processes at once: the first takes the write lock and upgrades,
+    the others then find the ledger current and change nothing.
+
+    Raises:
+        StoreError: no file at ``path``, not a safeact ledger, or a newer schema.
+
+    """
+    if not path.is_file():
+        raise StoreError(f"{path}: no ledger at this path")
+    try:
+        connection = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT)
+    except sqlite3.Error as exc:
+        raise StoreError(f"{path}: {exc}") from exc
+    try:
+        with _errors(path):
+            connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
+            with _locked(connection):
+                old = _version(connection, path)
+                if old == 0:
+                    raise StoreError(f"{path}: an empty file is not a ledger; nothing to migrate")
+                if old < SCHEMA_VERSION:
+                    backup = sqlite3.connect(_backup_path(path, old))
+                    try:
+                        connection.backup(backup)
+                    finally:
+                        backup.close()
+                    _upgrade(connection, old)
+        return old, SCHEMA_VERSION
+    finally:
+        connection.close()
+
+
+def check_usable(path: Path) -> None:
+    """Check, without writing anything, that this safeact can use the file at ``path``.
+
+    An empty file passes (it becomes a ledger); a writable connection is not opened before
+    this passes, since closing one checkpoints the WAL into the file, which would change a
+    database we refuse.
+
+    Raises:
+        StoreError: another program's database, or a ledger of another schema version.
+
+    """
+    with _errors(path):
+        probe = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            version = _version(probe, path)
+        finally:
+            probe.close()
+    if 0 < version < SCHEMA_VERSION:
+        raise _older(path, version)
+
+
+def _older(path: Path, version: int) -> StoreError:
+    return StoreError(
+        f"{path}: the ledger has schema version {version}, older than this safeact's "
+        f"({SCHEMA_VERSION}); upgrade it with `safeact migrate {path}` (it keeps a copy "
+        "of the old file). The file was not changed"
+    )
+
+
+def _upgrade(connection: sqlite3.Connection, version: int) -> None:
+    """Within the caller's transaction, take the schema from ``version`` to the current one."""
+    if version == 0:
+        for statement in _FIRST:
+            connection.execute(statement)
+        connection.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+        version = 1
+    for step in range(version, SCHEMA_VERSION):
+        for statement in _MIGRATIONS[step]:
+            connection.execute(statement)
+    connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
+@contextlib.contextmanager
+def _locked(connection: sqlite3.Connection) -> Iterator[None]:
+    """Run the block in one ``BEGIN IMMEDIATE`` transaction, rolled back if it raises."""
+    connection.execute("BEGIN IMMEDIATE")
+    try:
+        yield
+        connection.execute("COMMIT")
+    finally:
+        if connection.in_transaction:
+            connection.execute("ROLLBACK")
+
+
+@contextlib.contextmanager
+def _errors(path: Path) -> Iterator[None]:
+    try:
+        yield
+    except sqlite3.Error as exc:
+        raise StoreError(f"{path}: {exc}") from exc
+
+
+def _backup_path(path: Path, version: int) -> Path:
+    backup = path.with_name(f"{path.name}.v{version}.bak")
+    n = 1
+    while backup.exists():
+        backup = path.with_name(f"{path.name}.v{version}.bak.{n}")
+        n += 1
+    return backup
+
+
+def _use_wal(connection: sqlite3.Connection, path: Path) -> None:
+    """Switch a new ledger to WAL mode; the first opener does it, the others wait for it.
+
+    SQLite answers a journal-mode switch that races another connection's read with BUSY,
+    at once when both would need the exclusive lock, so this loop does the waiting, within
+    the busy timeout, with SQLite's own busy handler off.
+    """
+    deadline = time.monotonic() + BUSY_TIMEOUT
+    connection.execute("PRAGMA busy_timeout = 0")
+    try:
+        while connection.execute("PRAGMA journal_mode").fetchone()[0] != "wal":
+            try:
+                mode = connection.execute("PRAGMA journal_mode = WAL").fetchone()[0]
+            except sqlite3.OperationalError as exc:
+                if exc.sqlite_errorcode != sqlite3.SQLITE_BUSY or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.005)
+                continue
+            if mode != "wal":
+                raise StoreError(f"{path}: cannot switch the ledger to WAL mode ({mode!r})")
+    finally:
+        connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
+
+
+def _version(connection: sqlite3.Connection, path: Path) -> int:
+    """Return the ledger's schema version, 0 for an empty database.
+
+    Raises:
+        StoreError: the file is another program's database or from a newer safeact.
+
+    """
+    # One statement, so one snapshot: another process may be creating the ledger right now.
+    application_id, version, tables = connection.execute(
+        "SELECT (SELECT application_id FROM pragma_application_id), "
+        "(SELECT user_version FROM pragma_user_version), (SELECT count(*) FROM sqlite_master)"
+    ).fetchone()
+    if application_id == APPLICATION_ID:
+        if version > SCHEMA_VERSION:
+            raise StoreError(
+                f"{path}: the ledger has schema version {version}, newer than this safeact "
+                f"understands ({SCHEMA_VERSION}); upgrade safeact. The file was not changed"
+            )
+        return int(version)
+    if application_id != 0 or version != 0 or tables:
+        raise StoreError(
+            f"{path}: this is a SQLite database but not a safeact ledger; "
+            "point safeact at a new file. The file was not changed"
+        )
+    return 0
