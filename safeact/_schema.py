@@ -162,11 +162,7 @@ def migrate(path: Path) -> tuple[int, int]:
                 if old == 0:
                     raise StoreError(f"{path}: an empty file is not a ledger; nothing to migrate")
                 if old < SCHEMA_VERSION:
-                    backup = sqlite3.connect(_backup_path(path, old))
-                    try:
-                        connection.backup(backup)
-                    finally:
-                        backup.close()
+                    _copy(path, _backup_path(path, old))
                     _upgrade(connection, old)
         return old, SCHEMA_VERSION
     finally:
@@ -233,6 +229,21 @@ def _errors(path: Path) -> Iterator[None]:
         yield
     except sqlite3.Error as exc:
         raise StoreError(f"{path}: {exc}") from exc
+
+
+def _copy(path: Path, backup: Path) -> None:
+    """Copy the ledger to ``backup`` through a second connection.
+
+    The caller holds the write lock, which readers may share; a connection cannot back up
+    from inside its own write transaction (SQLite's backup then waits forever).
+    """
+    source = sqlite3.connect(path)
+    target = sqlite3.connect(backup)
+    try:
+        source.backup(target)
+    finally:
+        target.close()
+        source.close()
 
 
 def _backup_path(path: Path, version: int) -> Path:

@@ -7,7 +7,9 @@ Usage: python tests/child.py LEDGER EFFECTS KEY [--kill-at CHECKPOINT] [--fail] 
 "ready" and waits for a line on stdin before opening the ledger, so several processes start
 together; --print-default-name prints the name a tool gets without name=. --hold makes the
 action print "acting" after its effect and wait for a line on stdin; --slow makes it take
-that many seconds; --lease, --heartbeat and --wait set the store and the tool.
+that many seconds; --lease, --heartbeat and --wait set the store and the tool. --probe gives
+the tool a reconciliation probe that answers happened, not_happened or unknown; --resolve
+resolves the key as happened or not_happened instead of calling the tool.
 """
 
 import argparse
@@ -17,18 +19,30 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import attrs
 
-from safeact import Failed, InDoubt, Outcome, Succeeded, get_store, safe
+from safeact import (
+    Failed,
+    Happened,
+    InDoubt,
+    NotHappened,
+    Outcome,
+    Succeeded,
+    Unknown,
+    Verdict,
+    get_store,
+    safe,
+)
 from safeact._protocol import Checkpoint, checkpoint_hook
 from tests.actions import Receipt, record_effect
 
 
-def main() -> None:
+def main() -> None:  # noqa: C901 - one option after another
     faulthandler.enable()  # a crash prints every thread's stack to stderr, which tests show
     parser = argparse.ArgumentParser()
     parser.add_argument("ledger", type=Path)
@@ -43,6 +57,8 @@ def main() -> None:
     parser.add_argument("--wait", type=float, default=5.0)
     parser.add_argument("--hold", action="store_true")
     parser.add_argument("--slow", type=float, default=0.0)
+    parser.add_argument("--probe", choices=["happened", "not_happened", "unknown"])
+    parser.add_argument("--resolve", choices=["happened", "not_happened"])
     options = parser.parse_args()
 
     if options.barrier:  # before opening: a new ledger is created under contention too
@@ -58,7 +74,12 @@ def main() -> None:
         print(safe(store)(probe).name)
         return
 
-    @safe(store, name="tests.charge", wait=options.wait)
+    @safe(
+        store,
+        name="tests.charge",
+        wait=options.wait,
+        reconcile=None if options.probe is None else answering(options.probe),
+    )
     def charge(key: str, to: str, amount: int) -> Receipt:
         record_effect(options.effects, key)
         if options.hold:  # the owner acted; it goes on when the test says so
@@ -74,8 +95,31 @@ def main() -> None:
             os.kill(os.getpid(), signal.SIGKILL)
 
     with checkpoint_hook(kill_at):
-        outcome = charge(options.key, "a@example.com", 50)
-    print(json.dumps(describe(outcome)), flush=True)
+        if options.resolve == "happened":
+            resolved = store.resolve(
+                options.key, happened=True, result=Receipt("a@example.com", 50), note="checked"
+            )
+        elif options.resolve == "not_happened":
+            resolved = store.resolve(options.key, happened=False, note="checked")
+        else:
+            print(json.dumps(describe(charge(options.key, "a@example.com", 50))), flush=True)
+            return
+    print(json.dumps({"kind": "Resolved", "state": resolved.state.value}), flush=True)
+
+
+def answering(verdict: str) -> Callable[[str, InDoubt], Verdict[Receipt]]:
+    """A reconciliation probe that always gives ``verdict``."""
+
+    def probe(key: str, receipt: InDoubt) -> Verdict[Receipt]:
+        match verdict:
+            case "happened":
+                return Happened(Receipt("a@example.com", 50), "the bank has it")
+            case "not_happened":
+                return NotHappened("the bank has no such payment")
+            case _:
+                return Unknown("the bank does not answer")
+
+    return probe
 
 
 def describe(outcome: Outcome[Receipt]) -> dict[str, object]:

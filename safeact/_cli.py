@@ -1,0 +1,613 @@
+"""The ``safeact`` command: look into a ledger, decide what is in doubt, keep it tidy.
+
+Only the console script (and ``python -m safeact``) imports this module. Every command but
+``migrate`` refuses a missing ledger instead of creating one. User mistakes end with one line
+on stderr and exit code 2; ``doubt`` and ``reconcile`` exit with 1 while anything is in doubt.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import importlib.util
+import json
+import os
+import re
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from types import ModuleType
+from typing import NoReturn, cast
+
+import attrs
+
+from safeact._history import Event
+from safeact._ledger import Store, utc_now
+from safeact._protocol import UNSETTLED, DoubtReason, Record, SagaState, State, abandonment
+from safeact._reconcile import Probe
+from safeact._schema import migrate
+from safeact.exceptions import SafeError
+
+__all__ = ["main"]
+
+_NO_RESULT = object()
+_AGE = re.compile(r"(\d+)([smhdw])")
+_WHEN = "an age (30m, 2h, 7d; units s, m, h, d, w) or an ISO date or time (UTC unless given)"
+_UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+class _UsageError(Exception):
+    """A mistake on the command line or a ledger that cannot be used: one line, exit 2."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An argument parser whose errors are one line: ``safeact: error: ...``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"safeact: error: {message} (see `{self.prog} --help`)\n")
+
+
+# Formatting: pure functions from values to text.
+
+
+def when(moment: datetime | None) -> str:
+    """A time for people: UTC, ISO 8601, whole seconds (``-`` for none)."""
+    if moment is None:
+        return "-"
+    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
+
+
+def age(elapsed: timedelta) -> str:
+    """A duration for people, in its two largest units: ``45s``, ``3m20s``, ``2d4h``."""
+    seconds = max(0, int(elapsed.total_seconds()))
+    parts: list[str] = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size or (unit == "s" and not parts):
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return "".join(parts[:2])
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """Align ``rows`` under ``header`` in columns two spaces apart."""
+    lines = [list(header), *(list(row) for row in rows)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    ]
+
+
+def note(record: Record, reason: DoubtReason | None) -> str:
+    """What a person should know about a key beyond its state, given why it needs a decision."""
+    if reason is not None:
+        return f"in doubt: {reason.value}"
+    if record.state is State.FAILED:
+        return f"{record.error_type}: {record.error_message}"
+    if record.state is State.ATTEMPTING:
+        return f"running: process {record.owner.pid} on {record.owner.host}"
+    return ""
+
+
+def record_json(record: Record) -> dict[str, object]:
+    """Every field of ``record`` as JSON values: ISO 8601 times, enum values, owner as object."""
+
+    def plain(_: object, __: object, value: object) -> object:
+        if isinstance(value, datetime):
+            return value.isoformat()
+        if isinstance(value, State | DoubtReason):
+            return value.value
+        return value
+
+    return attrs.asdict(record, value_serializer=plain)
+
+
+def event_line(event: Event) -> list[str]:
+    """One history event as table cells: time, from → to, why, by whom, note."""
+    from_state = "(new)" if event.from_state is None else event.from_state.value
+    to_state = "(purged)" if event.to_state is None else event.to_state.value
+    by = (
+        f"operator on {event.host} (pid {event.pid})"
+        if event.by == "operator"
+        else f"process {event.pid} on {event.host}"
+    )
+    return [when(event.at), f"{from_state} → {to_state}", event.why.value, by, event.note or ""]
+
+
+def show_lines(record: Record, late: Sequence[Record], events: Sequence[Event]) -> list[str]:
+    """Everything about one key: the record, its receipt, outcome, late completions, history."""
+    owner = record.owner
+    fields = [
+        ("key", record.key),
+        ("state", record.state.value),
+        ("tool", record.tool),
+        ("attempted at", when(record.attempted_at)),
+        ("finished at", when(record.finished_at)),
+        ("args hash", record.args_hash),
+        ("attempt id", record.attempt_id),
+        ("owner", f"process {owner.pid} on {owner.host} (boot {owner.boot_id or '?'})"),
+    ]
+    if record.state in UNSETTLED:
+        fields.append(("lease until", when(record.lease_until)))
+    if record.doubt_reason is not None:
+        fields.append(("doubt reason", record.doubt_reason.value))
+    if record.state is State.SUCCEEDED:
+        fields.append(("result", json.dumps(record.result)))
+    if record.error_type is not None:
+        fields.append(("error", f"{record.error_type}: {record.error_message}"))
+    width = max(len(name) for name, _ in fields) + 2
+    lines = [f"{name.ljust(width)}{value}" for name, value in fields]
+    if late:
+        lines += ["", "late completions (the action also ran under an older attempt):"]
+        lines += [
+            f"  attempt {done.attempt_id}: {done.state.value} at {when(done.finished_at)}, "
+            + (
+                f"result {json.dumps(done.result)}"
+                if done.state is State.SUCCEEDED
+                else f"error {done.error_type}: {done.error_message}"
+            )
+            for done in late
+        ]
+    return [*lines, "", "history:", *history_lines(events)]
+
+
+def history_lines(events: Sequence[Event]) -> list[str]:
+    """A key's or a saga's history, one indented line per event."""
+    if not events:
+        return ["  (none: settled before the ledger kept histories)"]
+    return [
+        "  " + line
+        for line in table(["TIME", "CHANGE", "WHY", "BY", "NOTE"], map(event_line, events))[1:]
+    ]
+
+
+def count_row(name: str, counts: Mapping[State, int]) -> list[str]:
+    """A row of the stats table: how many keys ``name`` has in each state, and in all."""
+    return [name, *(str(counts.get(s, 0)) for s in State), str(sum(counts.values()))]
+
+
+def size(ledger: Path) -> tuple[int, str]:
+    """Bytes on disk of the ledger with its -wal and -shm files, and which files they are."""
+    parts = [ledger, ledger.with_name(f"{ledger.name}-wal"), ledger.with_name(f"{ledger.name}-shm")]
+    present = {part: part.stat().st_size for part in parts if part.exists()}
+    detail = ", ".join(f"{part.name} {n:,}" for part, n in present.items())
+    return sum(present.values()), detail
+
+
+# Parsing values.
+
+
+def moment(text: str) -> datetime:
+    """A point in time: an age before now (``30d``, units s, m, h, d, w) or an ISO date/time.
+
+    A time without a zone is UTC.
+    """
+    text = text.strip()
+    if match := _AGE.fullmatch(text):
+        return utc_now() - timedelta(seconds=int(match[1]) * _UNITS[match[2]])
+    try:
+        parsed = datetime.fromisoformat(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is neither an age like 2h or 30d (units s, m, h, d, w) "
+            "nor an ISO date or time like 2026-01-31 or 2026-01-31T12:00"
+        ) from None
+    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+
+
+def states(text: str) -> list[State]:
+    """A comma-separated list of key states."""
+    try:
+        return [State(part.strip().lower()) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"{text!r}: states are {', '.join(s.value for s in State)}"
+        ) from None
+
+
+def json_value(text: str) -> object:
+    """A JSON document."""
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise argparse.ArgumentTypeError(f"{text!r} is not JSON ({exc})") from None
+
+
+def load_probes(spec: str) -> Mapping[str, Probe[object]]:
+    """Import the mapping of tool names to probes named ``MODULE:NAME`` or ``FILE.py:NAME``."""
+    where, _, name = spec.rpartition(":")
+    if not where or not name:
+        raise _UsageError(f"--probes {spec!r}: expected MODULE:NAME or path/to/file.py:NAME")
+    try:
+        module = _import(where)
+    except _UsageError:
+        raise
+    except Exception as exc:  # noqa: BLE001 - anything the user's module raises is their error
+        raise _UsageError(f"--probes {spec!r}: cannot import {where}: {exc!r}") from None
+    probes = getattr(module, name, None)
+    if not isinstance(probes, Mapping) or not all(
+        isinstance(tool, str) and callable(probe) for tool, probe in probes.items()
+    ):
+        raise _UsageError(
+            f"--probes {spec!r}: {name} must be a mapping of tool names to probes, "
+            f"got {type(probes).__name__}"
+        )
+    return cast("Mapping[str, Probe[object]]", probes)
+
+
+def _import(where: str) -> ModuleType:
+    """Import a module by name (the working directory first, as ``python -m`` does) or file."""
+    if not where.endswith(".py") and "/" not in where:
+        sys.path.insert(0, str(Path.cwd()))
+        return importlib.import_module(where)
+    found = importlib.util.spec_from_file_location("safeact_probes", where)
+    if found is None or found.loader is None or not Path(where).is_file():
+        raise _UsageError(f"--probes: no Python file at {where}")
+    module = importlib.util.module_from_spec(found)
+    found.loader.exec_module(module)
+    return module
+
+
+# Commands: each takes the parsed options and prints; it returns the exit code.
+
+
+def open_store(ledger: Path) -> Store:
+    """Open an existing ledger; never create one."""
+    if not ledger.exists():
+        raise _UsageError(
+            f"{ledger}: no such file (safeact creates a ledger only when a tool uses it)"
+        )
+    if not ledger.is_file() or ledger.stat().st_size == 0:
+        raise _UsageError(f"{ledger}: not a safeact ledger")
+    return Store(ledger)
+
+
+def cmd_ls(options: argparse.Namespace, store: Store) -> int:
+    state = None if options.state is None else State(options.state)
+    records = store.records(state=state, tool=options.tool, since=options.since)
+    if options.json:
+        for record in records:
+            _print([json.dumps(record_json(record))])
+        return 0
+    now = utc_now()
+    rows = [
+        [
+            r.key,
+            r.tool,
+            r.state.value,
+            when(r.attempted_at),
+            when(r.finished_at),
+            note(r, abandonment(r, now=now, owner_gone=store.owner_gone)),
+        ]
+        for r in records
+    ]
+    _print(table(["KEY", "TOOL", "STATE", "ATTEMPTED", "FINISHED", "NOTE"], rows))
+    return 0
+
+
+def cmd_show(options: argparse.Namespace, store: Store) -> int:
+    record = store.get(options.key)
+    events = store.history(options.key)
+    if record is None:
+        if not events:
+            raise _UsageError(f"{store.path}: no key {options.key!r}")
+        _print([f"key {options.key!r} is not in the ledger any more", "", "history:"])
+        _print(history_lines(events))
+        return 0
+    _print(show_lines(record, store.late_completions(options.key), events))
+    return 0
+
+
+def doubt_rows(store: Store, records: Sequence[Record]) -> tuple[list[str], list[list[str]]]:
+    """The header and rows of a table of keys that need a decision."""
+    now = utc_now()
+    rows = [
+        [
+            r.key,
+            r.tool,
+            r.state.value,
+            when(r.attempted_at),
+            age(now - r.attempted_at),
+            (abandonment(r, now=now, owner_gone=store.owner_gone) or DoubtReason.CRASHED).value,
+        ]
+        for r in records
+    ]
+    return ["KEY", "TOOL", "STATE", "ATTEMPTED", "AGE", "REASON"], rows
+
+
+def cmd_doubt(options: argparse.Namespace, store: Store) -> int:
+    records = store.list_in_doubt()
+    if options.json:
+        _, rows = doubt_rows(store, records)
+        for record, row in zip(records, rows, strict=True):
+            _print([json.dumps({**record_json(record), "reason": row[-1], "age": row[-2]})])
+    elif records:
+        _print(table(*doubt_rows(store, records)))
+        _print(
+            [
+                "",
+                f"{len(records)} in doubt; after checking each one, close it with",
+                f"  safeact resolve {store.path} KEY --happened [--result JSON] | --not-happened",
+            ]
+        )
+    else:
+        _print(["nothing in doubt"])
+    return 1 if records else 0
+
+
+def cmd_resolve(options: argparse.Namespace, store: Store) -> int:
+    if options.result is not _NO_RESULT and not options.happened:
+        raise _UsageError("--result goes with --happened: a key that did not happen has no result")
+    before = store.get(options.key)
+    try:
+        if options.happened:
+            result = None if options.result is _NO_RESULT else options.result
+            after = store.resolve(
+                options.key,
+                happened=True,
+                result=result,
+                attempt_id=options.attempt,
+                note=options.note,
+            )
+        else:
+            after = store.resolve(
+                options.key, happened=False, attempt_id=options.attempt, note=options.note
+            )
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from None
+    was = "?" if before is None else before.state.value
+    _print([f"{after.key}: {was} → {after.state.value}"])
+    return 0
+
+
+def cmd_sagas(options: argparse.Namespace, store: Store) -> int:
+    state = None if options.state is None else SagaState(options.state)
+    rows = [
+        [
+            s.saga_id,
+            s.state.value,
+            str(len(s.steps)),
+            when(s.started_at),
+            when(s.updated_at),
+            s.aborted_step or "",
+            s.abort_reason or "",
+        ]
+        for s in store.list_sagas(state)
+    ]
+    _print(table(["SAGA", "STATE", "STEPS", "STARTED", "UPDATED", "ABORTED STEP", "REASON"], rows))
+    return 0
+
+
+def cmd_purge(options: argparse.Namespace, store: Store) -> int:
+    try:
+        purged = store.purge(options.older_than, states=options.state, dry_run=options.dry_run)
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from None
+    verb = "would remove" if options.dry_run else "removed"
+    keys, sagas = len(purged.keys), len(purged.sagas)
+    _print(
+        [
+            f"{verb} {keys} key{'s' * (keys != 1)} and {sagas} saga{'s' * (sagas != 1)} "
+            f"finished before {when(options.older_than)}"
+            + (" (dry run: nothing was removed)" if options.dry_run else "")
+        ]
+    )
+    _print([f"  key   {key}" for key in purged.keys] + [f"  saga  {saga}" for saga in purged.sagas])
+    return 0
+
+
+def cmd_stats(_: argparse.Namespace, store: Store) -> int:
+    per_tool: dict[str, Counter[State]] = {}
+    for (tool, state), n in store.counts().items():
+        per_tool.setdefault(tool, Counter())[state] += n
+    everything = sum(per_tool.values(), Counter[State]())
+    rows = [count_row(tool, n) for tool, n in sorted(per_tool.items())]
+    rows.append(count_row("(all tools)", everything))
+    _print(table(["TOOL", *(s.value.upper() for s in State), "TOTAL"], rows))
+    sagas = Counter(s.state.value for s in store.list_sagas())
+    doubt = store.list_in_doubt()
+    total, detail = size(store.path)
+    _print(
+        [
+            "",
+            "sagas: " + (", ".join(f"{n} {state}" for state, n in sorted(sagas.items())) or "none"),
+            "oldest in doubt: "
+            + (
+                f"{doubt[0].key}, attempted {age(utc_now() - doubt[0].attempted_at)} ago"
+                if doubt
+                else "none"
+            ),
+            f"size on disk: {total:,} bytes ({detail})",
+        ]
+    )
+    return 0
+
+
+def cmd_reconcile(options: argparse.Namespace, store: Store) -> int:
+    probes = load_probes(options.probes)
+    events = store.reconcile(probes)
+    rows = [[e.subject, *event_line(e)[1:3], e.note or ""] for e in events]
+    if rows:
+        _print(table(["KEY", "CHANGE", "WHY", "NOTE"], rows))
+    else:
+        _print(["no probe answered: no in-doubt key has a probe for its tool"])
+    left = store.list_in_doubt()
+    if not left:
+        _print(["", "nothing left in doubt"])
+        return 0
+    unprobed = sum(1 for r in left if r.tool not in probes)
+    _print(["", f"still in doubt: {len(left)} ({unprobed} with no probe for their tool)"])
+    _print(table(*doubt_rows(store, left)))
+    return 1
+
+
+def cmd_migrate(options: argparse.Namespace) -> int:
+    ledger: Path = options.ledger
+    backups = f"{ledger.name}.v*.bak*"
+    before = set(ledger.parent.glob(backups))
+    old, new = migrate(ledger)
+    if old == new:
+        _print([f"{ledger} is already at schema {new}"])
+        return 0
+    kept = sorted(set(ledger.parent.glob(backups)) - before)
+    copy = f" (old file kept as {kept[0]})" if len(kept) == 1 else ""
+    _print([f"migrated {ledger} from schema {old} to {new}{copy}"])
+    return 0
+
+
+# The parser and the entry point.
+
+
+def _print(lines: Iterable[str]) -> None:
+    sys.stdout.write("".join(f"{line}\n" for line in lines))
+
+
+def parser() -> _Parser:
+    """The command line: one subcommand per operation, each with an example in its help."""
+    top = _Parser(
+        prog="safeact",
+        description="Inspect and operate a safeact ledger.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="example:\n  safeact doubt agent.db   # what needs a decision? (exit 1 if anything)",
+    )
+    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    def command(name: str, summary: str, *examples: str) -> _Parser:
+        sub = commands.add_parser(
+            name,
+            help=summary,
+            description=summary,
+            epilog="example:\n" + "\n".join(f"  {example}" for example in examples),
+            formatter_class=argparse.RawDescriptionHelpFormatter,
+        )
+        sub.add_argument("ledger", type=Path, metavar="LEDGER", help="the ledger file")
+        return sub
+
+    ls = command(
+        "ls",
+        "List the keys, oldest attempt first.",
+        "safeact ls agent.db --state failed --since 2h",
+        "safeact ls agent.db --json | jq -r 'select(.tool == \"demo.send_refund\") | .key'",
+    )
+    ls.add_argument("--state", choices=[s.value for s in State])
+    ls.add_argument("--tool", help="only this tool's keys")
+    ls.add_argument("--since", type=moment, metavar="WHEN", help=f"attempted since: {_WHEN}")
+    ls.add_argument("--json", action="store_true", help="one JSON object per key")
+
+    show = command(
+        "show",
+        "Show one key: its record, receipt, result or error, and history.",
+        "safeact show agent.db refund-1002",
+    )
+    show.add_argument("key", metavar="KEY")
+
+    doubt = command(
+        "doubt",
+        "List the keys that need a decision, oldest first; exit 1 if there are any.",
+        "safeact doubt agent.db || notify-ops 'safeact: keys in doubt'",
+    )
+    doubt.add_argument("--json", action="store_true", help="one JSON object per key")
+
+    resolve = command(
+        "resolve",
+        "Close an in-doubt key after checking what really happened.",
+        'safeact resolve agent.db refund-1002 --happened --result \'{"to": "bob", '
+        "\"amount\": 20}' --note 'bank ref 8841'",
+        "safeact resolve agent.db refund-1003 --not-happened --note 'no payment at the bank'",
+    )
+    resolve.add_argument("key", metavar="KEY")
+    decision = resolve.add_mutually_exclusive_group(required=True)
+    decision.add_argument("--happened", action="store_true", help="it ran: record it SUCCEEDED")
+    decision.add_argument(
+        "--not-happened", dest="happened", action="store_false", help="it did not: release it"
+    )
+    resolve.add_argument(
+        "--result",
+        type=json_value,
+        default=_NO_RESULT,
+        metavar="JSON",
+        help="with --happened: what the tool would have returned (default: null)",
+    )
+    resolve.add_argument("--note", help="why: kept in the key's history")
+    resolve.add_argument("--attempt", metavar="ID", help="only if the key is still at attempt ID")
+
+    sagas = command(
+        "sagas",
+        "List the sagas, stuck rollbacks (compensating) first.",
+        "safeact sagas agent.db --state rollback_incomplete",
+    )
+    sagas.add_argument("--state", choices=[s.value for s in SagaState])
+
+    purge = command(
+        "purge",
+        "Remove settled keys and finished sagas older than a cut-off; histories stay.",
+        "safeact purge agent.db --older-than 30d --state succeeded,failed,released --dry-run",
+    )
+    purge.add_argument(
+        "--older-than", type=moment, required=True, metavar="WHEN", help=f"finished before: {_WHEN}"
+    )
+    purge.add_argument(
+        "--state",
+        type=states,
+        default=[State.SUCCEEDED, State.FAILED],
+        metavar="STATES",
+        help="comma-separated (default: succeeded,failed; released is allowed)",
+    )
+    purge.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+
+    command(
+        "stats",
+        "Count the keys by tool and state; the oldest doubt; the size on disk.",
+        "safeact stats agent.db",
+    )
+
+    reconcile = command(
+        "reconcile",
+        "Ask probes what happened to the keys in doubt; exit 1 if any stay in doubt.",
+        "safeact reconcile agent.db --probes ops/probes.py:PROBES",
+        "safeact reconcile agent.db --probes myagent.probes:PROBES",
+    )
+    reconcile.add_argument(
+        "--probes",
+        required=True,
+        metavar="MODULE:NAME",
+        help="a dict of tool names to probes, in an importable module or a .py file",
+    )
+
+    command(
+        "migrate",
+        "Upgrade a ledger to this safeact's schema, keeping a copy of the old file.",
+        "safeact migrate agent.db",
+    )
+    return top
+
+
+_RUN: dict[str, Callable[[argparse.Namespace, Store], int]] = {
+    "ls": cmd_ls,
+    "show": cmd_show,
+    "doubt": cmd_doubt,
+    "resolve": cmd_resolve,
+    "sagas": cmd_sagas,
+    "purge": cmd_purge,
+    "stats": cmd_stats,
+    "reconcile": cmd_reconcile,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit code."""
+    options = parser().parse_args(argv)
+    try:
+        if options.command == "migrate":
+            return cmd_migrate(options)
+        with open_store(options.ledger) as store:
+            return _RUN[options.command](options, store)
+    except (_UsageError, SafeError) as exc:
+        sys.stderr.write(f"safeact: error: {exc}\n")
+        return 2
+    except BrokenPipeError:  # `safeact ls big.db | head`: the reader left, which is fine
+        # Point stdout at /dev/null, so the interpreter's last flush does not fail again.
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0

@@ -1,0 +1,148 @@
+"""Schema versions: an older ledger is refused untouched until it is migrated, explicitly."""
+
+import shutil
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from safeact import State, StoreError, Why, get_store, safe
+from safeact._schema import SCHEMA_VERSION, migrate
+
+V1 = Path(__file__).with_name("data") / "ledger-v1.db"
+"""A ledger written by safeact 0.1.0 (schema 1): keys paid-1 (succeeded, 5), declined-1
+(failed), doubt-1 (in doubt) and the saga order-1 (completed), all of tool tests.charge."""
+
+
+@pytest.fixture
+def old_ledger(tmp_path: Path) -> Path:
+    copy = tmp_path / "old.db"
+    shutil.copyfile(V1, copy)
+    return copy
+
+
+def schema_of(path: Path) -> list[tuple[str, str]]:
+    connection = sqlite3.connect(path)
+    try:
+        return connection.execute(
+            "SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name"
+        ).fetchall()
+    finally:
+        connection.close()
+
+
+def version_of(path: Path) -> int:
+    connection = sqlite3.connect(path)
+    try:
+        return int(connection.execute("PRAGMA user_version").fetchone()[0])
+    finally:
+        connection.close()
+
+
+def test_an_older_ledger_is_refused_untouched(old_ledger: Path) -> None:
+    """Opening a schema-1 ledger raises StoreError naming `safeact migrate`; no byte changes."""
+    before = old_ledger.read_bytes()
+    with pytest.raises(StoreError, match=r"schema version 1, older .* `safeact migrate "):
+        get_store(old_ledger)
+    assert old_ledger.read_bytes() == before
+    assert sorted(p.name for p in old_ledger.parent.iterdir()) == ["old.db"]
+
+
+def test_migrate_upgrades_and_keeps_every_record(old_ledger: Path) -> None:
+    """After migrate, the old keys replay as before and new calls get a history."""
+    assert migrate(old_ledger) == (1, SCHEMA_VERSION)
+    with get_store(old_ledger) as store:
+
+        @safe(store, name="tests.charge")
+        def charge(key: str, amount: int) -> int:
+            raise AssertionError
+
+        assert charge("paid-1", 5).unwrap() == 5
+        assert [r.key for r in store.list_in_doubt()] == ["doubt-1"]
+        declined = store.get("declined-1")
+        assert declined is not None
+        assert declined.state is State.FAILED
+        saga = store.get_saga("order-1")
+        assert saga is not None
+        assert saga.steps == ("order-1:0:tests.charge",)
+        assert store.history("paid-1") == []
+        store.resolve("doubt-1", happened=False, note="checked after the upgrade")
+        assert [e.why for e in store.history("doubt-1")] == [Why.RESOLVED]
+
+
+def test_migrate_keeps_a_copy_of_the_old_file(old_ledger: Path) -> None:
+    """The old ledger is copied beside it first, still at schema 1 with the same rows."""
+    migrate(old_ledger)
+    backup = old_ledger.with_name("old.db.v1.bak")
+    assert version_of(backup) == 1
+    connection = sqlite3.connect(backup)
+    try:
+        keys = connection.execute("SELECT key, state FROM calls ORDER BY key").fetchall()
+    finally:
+        connection.close()
+    assert keys == [
+        ("declined-1", "failed"),
+        ("doubt-1", "in_doubt"),
+        ("order-1:0:tests.charge", "succeeded"),
+        ("paid-1", "succeeded"),
+    ]
+    migrate(old_ledger)  # a second migrate finds nothing to do and copies nothing
+    assert sorted(p.name for p in old_ledger.parent.iterdir() if ".bak" in p.name) == [
+        "old.db.v1.bak"
+    ]
+
+
+def test_a_migrated_ledger_has_the_schema_of_a_new_one(old_ledger: Path, ledger: Path) -> None:
+    """Migration and creation build the same tables, indexes and triggers."""
+    migrate(old_ledger)
+    get_store(ledger).close()
+    assert schema_of(old_ledger) == schema_of(ledger)
+    assert version_of(old_ledger) == version_of(ledger) == SCHEMA_VERSION
+
+
+def test_migrating_a_current_ledger_changes_nothing(ledger: Path) -> None:
+    """Migrating an up-to-date ledger reports it and makes no copy."""
+    get_store(ledger).close()
+    assert migrate(ledger) == (SCHEMA_VERSION, SCHEMA_VERSION)
+    assert not list(ledger.parent.glob("*.bak"))
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [(None, "no ledger"), (b"", "empty file"), (b"hello", "not a database")],
+    ids=["missing", "empty", "not-sqlite"],
+)
+def test_migrate_refuses_what_is_not_a_ledger(
+    ledger: Path, content: bytes | None, message: str
+) -> None:
+    """A missing, empty or foreign file is refused with StoreError."""
+    if content is not None:
+        ledger.write_bytes(content)
+    with pytest.raises(StoreError, match=message):
+        migrate(ledger)
+
+
+MIGRATE = (
+    "import sys; from pathlib import Path; from safeact._schema import migrate; "
+    "print(migrate(Path(sys.argv[1])))"
+)
+
+
+def test_many_processes_migrating_at_once_upgrade_once(old_ledger: Path) -> None:
+    """Four workers migrating together: all succeed, one upgrade, one copy of the old file."""
+    workers = [
+        subprocess.Popen(
+            [sys.executable, "-c", MIGRATE, str(old_ledger)],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for _ in range(4)
+    ]
+    reports = [worker.communicate(timeout=120) for worker in workers]
+    assert [worker.returncode for worker in workers] == [0] * 4, reports
+    assert sorted(out.strip() for out, _ in reports).count(f"(1, {SCHEMA_VERSION})") == 1
+    assert len(list(old_ledger.parent.glob("*.bak*"))) == 1
+    assert version_of(old_ledger) == SCHEMA_VERSION
