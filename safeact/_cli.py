@@ -109,9 +109,9 @@ def event_line(event: Event) -> list[str]:
     from_state = "(new)" if event.from_state is None else event.from_state.value
     to_state = "(purged)" if event.to_state is None else event.to_state.value
     by = (
-        f"operator on {event.host} (pid {event.pid})"
+        f"by operator on {event.host} (pid {event.pid})"
         if event.by == "operator"
-        else f"process {event.pid} on {event.host}"
+        else f"by process {event.pid} on {event.host}"
     )
     return [when(event.at), f"{from_state} → {to_state}", event.why.value, by, event.note or ""]
 
@@ -225,8 +225,12 @@ def load_probes(spec: str) -> Mapping[str, Probe[object]]:
     except _UsageError:
         raise
     except Exception as exc:  # noqa: BLE001 - anything the user's module raises is their error
-        raise _UsageError(f"--probes {spec!r}: cannot import {where}: {exc!r}") from None
-    probes = getattr(module, name, None)
+        raise _UsageError(
+            f"--probes {spec!r}: cannot import {where}: {type(exc).__name__}: {exc}"
+        ) from None
+    if not hasattr(module, name):
+        raise _UsageError(f"--probes {spec!r}: {where} has no {name}")
+    probes = getattr(module, name)
     if not isinstance(probes, Mapping) or not all(
         isinstance(tool, str) and callable(probe) for tool, probe in probes.items()
     ):
@@ -300,41 +304,51 @@ def cmd_show(options: argparse.Namespace, store: Store) -> int:
     return 0
 
 
-def doubt_rows(store: Store, records: Sequence[Record]) -> tuple[list[str], list[list[str]]]:
-    """The header and rows of a table of keys that need a decision."""
+def in_doubt(store: Store) -> list[tuple[Record, DoubtReason, timedelta]]:
+    """The keys that need a decision, oldest first, with why and for how long."""
     now = utc_now()
-    rows = [
-        [
-            r.key,
-            r.tool,
-            r.state.value,
-            when(r.attempted_at),
-            age(now - r.attempted_at),
-            (abandonment(r, now=now, owner_gone=store.owner_gone) or DoubtReason.CRASHED).value,
-        ]
-        for r in records
+    return [
+        (
+            r,
+            abandonment(r, now=now, owner_gone=store.owner_gone) or DoubtReason.CRASHED,
+            now - r.attempted_at,
+        )
+        for r in store.list_in_doubt()
     ]
-    return ["KEY", "TOOL", "STATE", "ATTEMPTED", "AGE", "REASON"], rows
+
+
+def doubt_table(doubts: Sequence[tuple[Record, DoubtReason, timedelta]]) -> list[str]:
+    """A table of keys that need a decision, with why and for how long."""
+    return table(
+        ["KEY", "TOOL", "STATE", "ATTEMPTED", "AGE", "REASON"],
+        [
+            [r.key, r.tool, r.state.value, when(r.attempted_at), age(elapsed), reason.value]
+            for r, reason, elapsed in doubts
+        ],
+    )
 
 
 def cmd_doubt(options: argparse.Namespace, store: Store) -> int:
-    records = store.list_in_doubt()
+    doubts = in_doubt(store)
     if options.json:
-        _, rows = doubt_rows(store, records)
-        for record, row in zip(records, rows, strict=True):
-            _print([json.dumps({**record_json(record), "reason": row[-1], "age": row[-2]})])
-    elif records:
-        _print(table(*doubt_rows(store, records)))
+        _print(
+            json.dumps(
+                {**record_json(r), "reason": reason.value, "age_seconds": elapsed.total_seconds()}
+            )
+            for r, reason, elapsed in doubts
+        )
+    elif doubts:
+        _print(doubt_table(doubts))
         _print(
             [
                 "",
-                f"{len(records)} in doubt; after checking each one, close it with",
+                f"{len(doubts)} in doubt; after checking each one, close it with",
                 f"  safeact resolve {store.path} KEY --happened [--result JSON] | --not-happened",
             ]
         )
     else:
         _print(["nothing in doubt"])
-    return 1 if records else 0
+    return 1 if doubts else 0
 
 
 def cmd_resolve(options: argparse.Namespace, store: Store) -> int:
@@ -433,13 +447,13 @@ def cmd_reconcile(options: argparse.Namespace, store: Store) -> int:
         _print(table(["KEY", "CHANGE", "WHY", "NOTE"], rows))
     else:
         _print(["no probe answered: no in-doubt key has a probe for its tool"])
-    left = store.list_in_doubt()
+    left = in_doubt(store)
     if not left:
         _print(["", "nothing left in doubt"])
         return 0
-    unprobed = sum(1 for r in left if r.tool not in probes)
+    unprobed = sum(1 for r, _, _ in left if r.tool not in probes)
     _print(["", f"still in doubt: {len(left)} ({unprobed} with no probe for their tool)"])
-    _print(table(*doubt_rows(store, left)))
+    _print(doubt_table(left))
     return 1
 
 
