@@ -222,8 +222,8 @@ def load_probes(spec: str) -> Mapping[str, Probe[object]]:
         raise _UsageError(f"--probes {spec!r}: expected MODULE:NAME or path/to/file.py:NAME")
     try:
         module = _import(where)
-    except _UsageError:
-        raise
+    except _UsageError as exc:
+        raise _UsageError(f"--probes {spec!r}: {exc}") from None
     except Exception as exc:  # noqa: BLE001 - anything the user's module raises is their error
         raise _UsageError(
             f"--probes {spec!r}: cannot import {where}: {type(exc).__name__}: {exc}"
@@ -248,7 +248,7 @@ def _import(where: str) -> ModuleType:
         return importlib.import_module(where)
     found = importlib.util.spec_from_file_location("safeact_probes", where)
     if found is None or found.loader is None or not Path(where).is_file():
-        raise _UsageError(f"--probes: no Python file at {where}")
+        raise _UsageError(f"no Python file at {where}")
     module = importlib.util.module_from_spec(found)
     found.loader.exec_module(module)
     return module

@@ -6,7 +6,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import attrs
@@ -439,3 +439,86 @@ def test_the_installed_console_script_runs(full: Path) -> None:
     )
     assert result.returncode == 1
     assert result.stdout.splitlines()[1].split()[0] == "pay-2"
+
+
+def test_show_of_a_purged_key_prints_the_history_it_kept(full: Path) -> None:
+    """`show` of a purged key says it is gone and still prints its history, purge included."""
+    with get_store(full) as store:
+        store.purge(datetime.now(UTC) + timedelta(days=1))
+    result = run("show", full, "pay-1")
+    lines = result.stdout.splitlines()
+    assert (result.returncode, lines[0]) == (0, "key 'pay-1' is not in the ledger any more")
+    assert lines[-1].split()[1:5] == ["succeeded", "→", "(purged)", "purged"]
+
+
+def test_reconcile_imports_probes_by_module_name(full: Path, tmp_path: Path) -> None:
+    """`reconcile --probes MODULE:NAME` imports MODULE from the working directory."""
+    (tmp_path / "myprobes.py").write_text(
+        "from safeact import NotHappened\nPROBES = {'pay': lambda key, receipt: NotHappened()}\n"
+    )
+    result = subprocess.run(
+        [sys.executable, "-m", "safeact", "reconcile", str(full), "--probes", "myprobes:PROBES"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.splitlines()[1].split()[:4] == ["pay-2", "attempting", "→", "released"]
+
+
+@pytest.mark.parametrize(
+    ("spec", "says"),
+    [
+        ("probes.py", "expected MODULE:NAME"),
+        ("nowhere.py:PROBES", "no Python file at nowhere.py"),
+        ("probes.py:NOPE", "probes.py has no NOPE"),
+        ("probes.py:LISTED", "must be a mapping of tool names to probes, got list"),
+    ],
+)
+def test_reconcile_refuses_probes_it_cannot_use(
+    spec: str,
+    says: str,
+    full: Path,
+    capsys: pytest.CaptureFixture[str],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A probes spec that names no usable mapping exits 2 with one line saying why."""
+    (full.parent / "probes.py").write_text("LISTED = ['pay']\n")
+    monkeypatch.chdir(full.parent)
+    assert main(["reconcile", str(full), "--probes", spec]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("safeact: error: --probes ")
+    assert says in line
+
+
+def test_resolve_refuses_a_result_for_a_key_that_did_not_happen(
+    full: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`resolve --not-happened --result` exits 2: a key that did not happen has no result."""
+    assert main(["resolve", str(full), "pay-2", "--not-happened", "--result", "1"]) == 2
+    assert "--result goes with --happened" in capsys.readouterr().err
+
+
+def test_an_empty_file_is_refused_not_made_a_ledger(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An empty file is not a ledger: the command exits 2 and leaves it empty."""
+    empty = tmp_path / "empty.db"
+    empty.touch()
+    assert main(["stats", str(empty)]) == 2
+    assert capsys.readouterr().err == f"safeact: error: {empty}: not a safeact ledger\n"
+    assert empty.stat().st_size == 0
+
+
+def test_ls_says_which_process_runs_a_live_key(
+    ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A key claimed by a live process is listed as running, under that process."""
+    with get_store(ledger) as store:
+        store.claim("live", "pay", "h", attempt_id="a", previous=None)
+        owner = store.owner
+    assert main(["ls", str(ledger)]) == 0
+    row = columns(capsys.readouterr().out.splitlines())[1]
+    assert row[-1] == f"running: process {owner.pid} on {owner.host}"
