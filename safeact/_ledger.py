@@ -404,6 +404,7 @@ class Store:
                 continue
             if record.state is State.ATTEMPTING:
                 self.mark_in_doubt(record.key, record.attempt_id, reason)
+                record = attrs.evolve(record, state=State.IN_DOUBT, doubt_reason=reason)
             receipt = in_doubt_from(record, reason)
             event = reconcile_key(self, record, receipt, probe, encode_untyped)
             if event is not None:

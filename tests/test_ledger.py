@@ -480,3 +480,14 @@ def test_store_and_tool_say_what_they_are(store: Store) -> None:
     assert repr(send) == f"<SafeTool refunds.send on {store!r}>"
     with pytest.raises(ValueError, match="wait must be 0 or more"):
         safe(store, wait=-1)
+
+
+def test_resolve_refuses_a_key_whose_owner_is_running(store: Store) -> None:
+    """A live owner's ATTEMPTING key is not in doubt: resolve refuses it and changes nothing."""
+    store.claim("k", "act", "h", attempt_id="a", previous=None)
+    with pytest.raises(SafeError, match=r"running right now \(process \d+ on "):
+        store.resolve("k", happened=False)
+    record = store.get("k")
+    assert record is not None
+    assert record.state is State.ATTEMPTING
+    assert store.list_in_doubt() == []

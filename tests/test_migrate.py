@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from safeact import State, StoreError, Why, get_store, safe
-from safeact._schema import SCHEMA_VERSION, migrate
+from safeact._schema import SCHEMA_VERSION, migrate, prepare
 
 V1 = Path(__file__).with_name("data") / "ledger-v1.db"
 """A ledger written by safeact 0.1.0 (schema 1): keys paid-1 (succeeded, 5), declined-1
@@ -146,3 +146,32 @@ def test_many_processes_migrating_at_once_upgrade_once(old_ledger: Path) -> None
     assert sorted(out.strip() for out, _ in reports).count(f"(1, {SCHEMA_VERSION})") == 1
     assert len(list(old_ledger.parent.glob("*.bak*"))) == 1
     assert version_of(old_ledger) == SCHEMA_VERSION
+
+
+def test_opening_refuses_an_older_ledger_swapped_in_after_the_check(old_ledger: Path) -> None:
+    """A file swapped for an older ledger after the read-only check is refused under the lock."""
+    connection = sqlite3.connect(old_ledger, isolation_level=None)
+    try:
+        with pytest.raises(StoreError, match="older than this safeact"):
+            prepare(connection, old_ledger)
+    finally:
+        connection.close()
+    assert version_of(old_ledger) == 1
+
+
+HOT_WAL = (
+    "import os, sqlite3, sys; c = sqlite3.connect(sys.argv[1], isolation_level=None); "
+    "c.execute('PRAGMA wal_autocheckpoint = 0'); "
+    "c.execute(\"UPDATE calls SET error_message = 'hot' WHERE key = 'paid-1'\"); os._exit(0)"
+)
+
+
+def test_an_older_ledger_with_a_hot_wal_is_refused_without_a_checkpoint(old_ledger: Path) -> None:
+    """Refusing an older ledger never checkpoints its WAL: the file and its WAL stay as they are."""
+    subprocess.run([sys.executable, "-c", HOT_WAL, str(old_ledger)], check=True)
+    wal = old_ledger.with_name("old.db-wal")
+    before = (old_ledger.read_bytes(), wal.read_bytes())
+    assert before[1]
+    with pytest.raises(StoreError, match="older than this safeact"):
+        get_store(old_ledger)
+    assert (old_ledger.read_bytes(), wal.read_bytes()) == before

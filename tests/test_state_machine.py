@@ -15,11 +15,17 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 from safeact import (
     DoubtReason,
     Failed,
+    Happened,
     InDoubt,
     KeyConflictError,
+    NotHappened,
     SafeError,
+    SagaState,
     State,
     Succeeded,
+    Unknown,
+    Verdict,
+    Why,
     get_store,
     safe,
 )
@@ -226,6 +232,45 @@ class LedgerMachine(RuleBasedStateMachine):
         else:
             known.state = State.RELEASED
             known.releases += 1
+
+    @precondition(lambda self: self.model)
+    @rule(data=st.data(), verdict=st.sampled_from(["happened", "not_happened", "unknown"]))
+    def reconcile(self, data: st.DataObject, verdict: str) -> None:
+        """A probe answers for every key in doubt; the key follows its answer."""
+        key = data.draw(st.sampled_from(sorted(self.model)))
+        known = self.model[key]
+        answers: dict[str, Verdict[Receipt]] = {
+            "happened": Happened(Receipt(key, 300)),
+            "not_happened": NotHappened(),
+            "unknown": Unknown(),
+        }
+
+        def probe(asked: str, receipt: InDoubt) -> Verdict[Receipt]:
+            return answers[verdict] if asked == key else Unknown()
+
+        self.store.reconcile({"act": probe})
+        for other in self.model.values():
+            if other.state is State.ATTEMPTING:
+                other.state = State.IN_DOUBT  # every dead owner's key is now marked in doubt
+        if known.state is not State.IN_DOUBT:
+            return
+        if verdict == "happened":
+            known.state, known.value = State.SUCCEEDED, Receipt(key, 300)
+        elif verdict == "not_happened":
+            known.state = State.RELEASED
+            known.releases += 1
+
+    @invariant()
+    def history_replays_to_the_record(self) -> None:
+        """Each key's history, change after change, leads to the state in its record."""
+        for key in self.model:
+            state: State | SagaState | None = None
+            for event in self.store.history(key):
+                if event.why is not Why.LATE_COMPLETION:
+                    assert event.from_state is state, event
+                    state = event.to_state
+            record = self.store.get(key)
+            assert state is (record.state if record else None)
 
     @invariant()
     def ledger_matches_model(self) -> None:
