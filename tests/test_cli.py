@@ -465,7 +465,7 @@ def test_reconcile_imports_probes_by_module_name(full: Path, tmp_path: Path) -> 
         cwd=tmp_path,
     )
     assert result.returncode == 0, result.stderr
-    assert result.stdout.splitlines()[1].split()[:4] == ["pay-2", "attempting", "→", "released"]
+    assert result.stdout.splitlines()[1].split()[:4] == ["pay-2", "in_doubt", "→", "released"]
 
 
 @pytest.mark.parametrize(
