@@ -70,7 +70,7 @@ def dev_python() -> Path:
 
 def demo(_: list[str]) -> None:
     """Run the scripted agent loop, which crashes itself, restarts and resolves."""
-    run(dev_python(), ROOT / "examples" / "agent_loop.py")
+    run(dev_python(), ROOT / "examples" / "agent_loop.py", ROOT / ".demo")
 
 
 def refund_demo(_: list[str]) -> None:

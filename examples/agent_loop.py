@@ -1,11 +1,14 @@
 """A scripted agent loop that crashes itself mid-action, restarts, and closes out the doubt.
 
-Run it with ``python3 tasks.py demo`` (or ``python examples/agent_loop.py`` where safeact is
-installed). The orchestrator starts the agent in a child process; the agent refunds three
-customers through a fake bank. During the second refund it kills itself (SIGKILL) after the
-bank paid but before safeact could record it. The orchestrator restarts the agent, which
-replays the first refund without paying again, learns the second is ``InDoubt``, checks the
-bank with the key as the receipt, resolves the key, and carries on.
+Run it with ``python3 tasks.py demo`` (or ``python examples/agent_loop.py [DIR]`` where
+safeact is installed), which leaves the ledger in ``.demo/agent.db`` for the ``safeact``
+command to inspect (given DIR, it is emptied first and kept; without it, a temporary
+folder is used and removed). The orchestrator starts the agent in a child process; the
+agent refunds three customers through a fake bank. During the second refund it kills
+itself (SIGKILL) after the bank paid but before safeact could record it. The orchestrator
+restarts the agent, which replays the first refund without paying again, learns the second
+is ``InDoubt``, checks the bank with the key as the receipt, resolves the key, and carries
+on.
 """
 
 import json
@@ -91,24 +94,34 @@ def agent(workdir: Path, *, crash_on: str | None) -> None:
     store.close()
 
 
-def orchestrator() -> None:
+def orchestrator(keep: Path | None) -> None:
     """Start the agent, watch it die, start it again: what any orchestrator does."""
-    with tempfile.TemporaryDirectory() as scratch:
-        workdir = Path(scratch)
-        print(f"ledger: {workdir / 'agent.db'}")
-        for attempt, crash_on in enumerate(["refund-1002", None], start=1):
-            print(f"orchestrator: starting the agent (run {attempt})")
-            command = [sys.executable, "-u", __file__, "--agent", str(workdir)]
-            if crash_on:
-                command += ["--crash-on", crash_on]
-            code = subprocess.run(command, check=False).returncode
-            died = " (killed by SIGKILL)" if code == -signal.SIGKILL else ""
-            print(f"orchestrator: the agent exited with {code}{died}")
-        payments = [json.loads(line) for line in (workdir / "bank.jsonl").read_text().splitlines()]
-        print(
-            f"bank: {len(payments)} payments for {len({p['key'] for p in payments})} keys: "
-            + ", ".join(f"{p['key']} ${p['amount']}" for p in payments)
-        )
+    if keep is None:
+        with tempfile.TemporaryDirectory() as scratch:
+            run_agents(Path(scratch))
+    else:
+        for leftover in ("agent.db", "agent.db-wal", "agent.db-shm", "bank.jsonl"):
+            (keep / leftover).unlink(missing_ok=True)
+        keep.mkdir(parents=True, exist_ok=True)
+        run_agents(keep)
+
+
+def run_agents(workdir: Path) -> None:
+    """Run the agent until it has been through every refund, restarting it once."""
+    print(f"ledger: {workdir / 'agent.db'}")
+    for attempt, crash_on in enumerate(["refund-1002", None], start=1):
+        print(f"orchestrator: starting the agent (run {attempt})")
+        command = [sys.executable, "-u", __file__, "--agent", str(workdir)]
+        if crash_on:
+            command += ["--crash-on", crash_on]
+        code = subprocess.run(command, check=False).returncode
+        died = " (killed by SIGKILL)" if code == -signal.SIGKILL else ""
+        print(f"orchestrator: the agent exited with {code}{died}")
+    payments = [json.loads(line) for line in (workdir / "bank.jsonl").read_text().splitlines()]
+    print(
+        f"bank: {len(payments)} payments for {len({p['key'] for p in payments})} keys: "
+        + ", ".join(f"{p['key']} ${p['amount']}" for p in payments)
+    )
 
 
 if __name__ == "__main__":
@@ -116,4 +129,4 @@ if __name__ == "__main__":
         crash = sys.argv[4] if len(sys.argv) > 4 and sys.argv[3] == "--crash-on" else None
         agent(Path(sys.argv[2]), crash_on=crash)
     else:
-        orchestrator()
+        orchestrator(Path(sys.argv[1]) if len(sys.argv) > 1 else None)

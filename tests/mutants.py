@@ -27,6 +27,8 @@ CORE = [
     "tests/test_concurrency.py",
     "tests/test_liveness.py",
     "tests/test_state_machine.py",
+    "tests/test_history.py",
+    "tests/test_reconcile.py",
 ]
 SAGA = [
     "tests/test_saga.py",
@@ -43,7 +45,8 @@ SYNC_UNDO = (
     '            tool = self._tool(cast("Callable[..., object]", done.compensate))\n'
     "            outcome = _call_sync("
 )
-INSERT_SYNCED = "(key, tool, args_hash, *attempt, SCHEMA_VERSION),\n" + " " * 24 + "sync=True,"
+CLAIM_SYNCED = "self._transaction(sync=True) as db:\n            if previous is None:"
+DECIDE_UNSETTLED = "return Wait(record) if reason is None else Doubt(record, reason)"
 CLAIM_RELEASED = "(*attempt, key, State.RELEASED.value, previous.attempt_id),"
 CLAIM_ANY = "(*attempt, key, previous.state.value, previous.attempt_id),"
 
@@ -83,8 +86,8 @@ MUTANTS = [
         [
             Edit(
                 "safeact/_ledger.py",
-                INSERT_SYNCED,
-                INSERT_SYNCED.replace("sync=True", "sync=False"),
+                CLAIM_SYNCED,
+                CLAIM_SYNCED.replace("sync=True", "sync=False"),
             )
         ],
         CORE,
@@ -94,10 +97,9 @@ MUTANTS = [
         [
             Edit(
                 "safeact/_protocol.py",
-                "case State.ATTEMPTING if owner_gone(record.owner):\n"
-                "            return Doubt(record, DoubtReason.CRASHED)",
-                "case State.ATTEMPTING if owner_gone(record.owner):\n"
-                "            return Run(record)",
+                DECIDE_UNSETTLED,
+                "return Wait(record) if reason is None else "
+                "(Run(record) if record.state is State.ATTEMPTING else Doubt(record, reason))",
             ),
             Edit("safeact/_ledger.py", CLAIM_RELEASED, CLAIM_ANY),
         ],
@@ -143,8 +145,8 @@ MUTANTS = [
         [
             Edit(
                 "safeact/_protocol.py",
-                "case State.ATTEMPTING:\n            return Wait(record)",
-                "case State.ATTEMPTING:\n            return Doubt(record, DoubtReason.CRASHED)",
+                DECIDE_UNSETTLED,
+                "return Doubt(record, reason or DoubtReason.CRASHED)",
             )
         ],
         [*CORE, "tests/test_async.py"],
@@ -154,8 +156,8 @@ MUTANTS = [
         [
             Edit(
                 "safeact/_ledger.py",
-                "                return True\n            self._write(",
-                "                return True\n            return False\n            self._write(",
+                "                return True\n            db.execute(\n",
+                "                return True\n            return False\n            db.execute(\n",
             )
         ],
         CORE,

@@ -4,6 +4,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from safeact import State, Why, get_store
+
 DEMO = Path(__file__).resolve().parent.parent / "examples" / "agent_loop.py"
 
 
@@ -18,6 +20,20 @@ def test_demo_crashes_resolves_and_pays_each_refund_once() -> None:
     assert lines[-1] == (
         "bank: 3 payments for 3 keys: refund-1001 $50, refund-1002 $20, refund-1003 $75"
     )
+
+
+def test_demo_keeps_its_ledger_for_the_operator(tmp_path: Path) -> None:
+    """Given a folder, the demo leaves its ledger there, with the crash and the resolve in it."""
+    subprocess.run(
+        [sys.executable, str(DEMO), str(tmp_path)], capture_output=True, check=True, timeout=120
+    )
+    with get_store(tmp_path / "agent.db") as store:
+        assert [record.state for record in store.records()] == [State.SUCCEEDED] * 3
+        assert [event.why for event in store.history("refund-1002")] == [
+            Why.CLAIMED,
+            Why.CRASHED,
+            Why.RESOLVED,
+        ]
 
 
 REFUND = DEMO.with_name("refund_agent.py")
