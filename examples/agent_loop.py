@@ -83,10 +83,12 @@ def agent(workdir: Path, *, crash_on: str | None) -> None:
                 payments = bank_lookup(bank, k)
                 print(f"  agent: asked the bank about {k}: {len(payments)} payment(s) found")
                 if payments:
-                    store.resolve(k, happened=True, result=Refund(to, amount))
+                    store.resolve(
+                        k, happened=True, result=Refund(to, amount), note="the bank has it"
+                    )
                     print(f"  agent: resolved {k} as happened; it will never be paid again")
                 else:
-                    store.resolve(k, happened=False)
+                    store.resolve(k, happened=False, note="the bank has no such payment")
                     print(f"  agent: resolved {k} as not happened; it may run again")
                 print(f"  agent: {k}: retried, got {send_refund(k, to, amount)}")
             case Failed(error_type=error_type, message=message):
