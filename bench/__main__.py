@@ -24,31 +24,10 @@ from collections.abc import Callable
 from itertools import count
 from pathlib import Path
 
+from bench.timing import per_call, repeat
 from safeact import Saga, get_store, safe
 from safeact._ledger import SCHEMA_VERSION
 from safeact._protocol import DoubtReason
-
-ROUNDS = 5
-
-
-def per_call(run: Callable[[int], None], calls: int) -> float:
-    """Median seconds per call of ``run(calls)`` over ROUNDS rounds."""
-    times = []
-    for _ in range(ROUNDS):
-        started = time.perf_counter()
-        run(calls)
-        times.append((time.perf_counter() - started) / calls)
-    return statistics.median(times)
-
-
-def repeat(call: Callable[[], object]) -> Callable[[int], None]:
-    """A run of ``n`` calls of ``call``."""
-
-    def run(calls: int) -> None:
-        for _ in range(calls):
-            call()
-
-    return run
 
 
 def bare_connection(path: Path) -> sqlite3.Connection:
