@@ -18,6 +18,7 @@ from bench.timing import per_call, repeat
 
 Rows = dict[str, float]
 REDIS_HOST, REDIS_PORT = "127.0.0.1", 6379
+HOW_TO_INSTALL = "python3 tasks.py bench --peers installs the peers"
 
 
 def effect_ledger_rows(folder: Path, calls: int) -> tuple[Rows, str]:
@@ -25,7 +26,7 @@ def effect_ledger_rows(folder: Path, calls: int) -> tuple[Rows, str]:
     try:
         from effect_ledger import EffectExecutor
     except ImportError:
-        return {}, "skipped: effect_ledger is not installed"
+        return {}, f"skipped: effect_ledger is not installed ({HOW_TO_INSTALL})"
     executor = EffectExecutor(folder / "effect-ledger.db", scope="bench")
     keys = count()
 
@@ -50,7 +51,7 @@ def dbos_rows(folder: Path, calls: int) -> tuple[Rows, str]:
     try:
         from dbos import DBOS, SetWorkflowID
     except ImportError:
-        return {}, "skipped: dbos is not installed"
+        return {}, f"skipped: dbos is not installed ({HOW_TO_INSTALL})"
     DBOS(
         config={
             "name": "safeact-bench",
@@ -106,7 +107,7 @@ def powertools_redis_rows(calls: int) -> tuple[Rows, str]:
             CachePersistenceLayer,
         )
     except ImportError:
-        return {}, "skipped: aws_lambda_powertools or redis is not installed"
+        return {}, f"skipped: aws_lambda_powertools or redis is not installed ({HOW_TO_INSTALL})"
     client = redis.Redis(
         host=REDIS_HOST, port=REDIS_PORT, decode_responses=True, socket_connect_timeout=1
     )
