@@ -5,6 +5,8 @@ python3 tasks.py test      run the whole test suite (tests/ and the typings/ con
 python3 tasks.py check     mypy --strict, ruff check and ruff format --check
 python3 tasks.py artifact  build the wheel and run the suite against it, installed
 python3 tasks.py stress    a long run of the Hypothesis state machine
+python3 tasks.py bench [--peers] [--quick]
+                           the benchmark; --peers measures the peers too, in .venv-bench
 """
 
 import hashlib
@@ -17,6 +19,15 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 VENV = ROOT / ".venv"
+# The versions the benchmark's peer rows were written against; boto3 only because
+# Powertools' idempotency package imports its DynamoDB layer whichever layer is used.
+BENCH_PEERS = (
+    "effect-ledger==0.1.2",
+    "dbos==3.4.0",
+    "aws-lambda-powertools[redis]==3.37.0",
+    "redis==8.1.0",
+    "boto3==1.44.8",
+)
 
 
 def main() -> None:
@@ -151,8 +162,12 @@ def mutants(arguments: list[str]) -> None:
 
 
 def bench(arguments: list[str]) -> None:
-    """Run the benchmark (python -m bench)."""
-    run(dev_python(), "-m", "bench", *arguments)
+    """Run the benchmark (python -m bench); with --peers, in .venv-bench with the peers."""
+    if "--peers" not in arguments:
+        run(dev_python(), "-m", "bench", *arguments)
+        return
+    python = venv(ROOT / ".venv-bench", "--editable", str(ROOT), *BENCH_PEERS)
+    run(python, "-m", "bench", *[argument for argument in arguments if argument != "--peers"])
 
 
 if __name__ == "__main__":

@@ -24,31 +24,14 @@ from collections.abc import Callable
 from itertools import count
 from pathlib import Path
 
+from bench.peers import peer_rows
+from bench.timing import per_call, repeat
 from safeact import Saga, get_store, safe
-from safeact._schema import SCHEMA_VERSION
 from safeact._protocol import DoubtReason
+from safeact._schema import SCHEMA_VERSION
 
-ROUNDS = 5
-
-
-def per_call(run: Callable[[int], None], calls: int) -> float:
-    """Median seconds per call of ``run(calls)`` over ROUNDS rounds."""
-    times = []
-    for _ in range(ROUNDS):
-        started = time.perf_counter()
-        run(calls)
-        times.append((time.perf_counter() - started) / calls)
-    return statistics.median(times)
-
-
-def repeat(call: Callable[[], object]) -> Callable[[int], None]:
-    """A run of ``n`` calls of ``call``."""
-
-    def run(calls: int) -> None:
-        for _ in range(calls):
-            call()
-
-    return run
+# What the peers' notes are to be read against.
+SAFEACT_DURABILITY = "WAL; ATTEMPTING synced before the action, the result not"
 
 
 def bare_connection(path: Path) -> sqlite3.Connection:
@@ -235,20 +218,16 @@ def import_time(module: str) -> float:
     return statistics.median(times)
 
 
-def peer_notes() -> dict[str, str]:
-    notes = {}
-    for label, module in [
-        ("effect-ledger", "effect_ledger"),
-        ("DBOS Transact", "dbos"),
-        ("AWS Powertools + Redis", "aws_lambda_powertools"),
-    ]:
-        try:
-            __import__(module)
-        except ImportError:
-            notes[label] = f"skipped: {module} is not installed (pip install it to measure)"
-        else:
-            notes[label] = "installed, but no adapter in this benchmark yet: not measured"
-    return notes
+def peer_ratios(rows: dict[str, float]) -> dict[str, float]:
+    """How many times slower each measured peer is than safeact, new key and replay."""
+    ratios = {}
+    for peer, new_key_target in [("effect-ledger", 5), ("DBOS", 10), ("Powertools + Redis", 2)]:
+        for call, target in [("new key", new_key_target), ("replay", 5)]:
+            if f"{peer} {call}" in rows:
+                ratios[f"{peer} / safeact, {call} (target >= {target})"] = (
+                    rows[f"{peer} {call}"] / rows[f"safeact {call}"]
+                )
+    return ratios
 
 
 def main() -> None:
@@ -276,6 +255,8 @@ def main() -> None:
         bare.close()
         rows |= safeact_rows(folder, calls)
         rows |= growth_rows(folder, calls, sizes)
+        measured, notes = peer_rows(folder, calls)
+        rows |= measured
     imports = {
         "import safeact": import_time("safeact"),
         "import attrs, cattrs": import_time("attrs, cattrs"),
@@ -295,7 +276,7 @@ def main() -> None:
             "safeact 8 threads, distinct keys (per call)"
         ]
         / rows["safeact new key"],
-    }
+    } | peer_ratios(rows)
     extra_import_ms = (imports["import safeact"] - imports["import attrs, cattrs"]) * 1000
     print(f"{'row':55}{'per call':>14}")
     for name, seconds in rows.items():
@@ -306,9 +287,9 @@ def main() -> None:
     print(
         f"{'import safeact beyond attrs + cattrs (target <= 30 ms)':55}{extra_import_ms:11.1f} ms"
     )
-    notes = peer_notes()
-    for peer, note in notes.items():
-        print(f"{peer:55}{note}")
+    print()
+    for name, note in ({"safeact": SAFEACT_DURABILITY} | notes).items():
+        print(f"{name:24}{note}")
     options.json.write_text(
         json.dumps(
             {"seconds_per_call": rows, "ratios": ratios, "import_seconds": imports, "peers": notes},

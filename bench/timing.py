@@ -1,0 +1,27 @@
+"""How every row of the benchmark is timed, so safeact's rows and its peers' agree."""
+
+import statistics
+import time
+from collections.abc import Callable
+
+ROUNDS = 5
+
+
+def per_call(run: Callable[[int], None], calls: int) -> float:
+    """Median seconds per call of ``run(calls)`` over ROUNDS rounds."""
+    times = []
+    for _ in range(ROUNDS):
+        started = time.perf_counter()
+        run(calls)
+        times.append((time.perf_counter() - started) / calls)
+    return statistics.median(times)
+
+
+def repeat(call: Callable[[], object]) -> Callable[[int], None]:
+    """A run of ``n`` calls of ``call``."""
+
+    def run(calls: int) -> None:
+        for _ in range(calls):
+            call()
+
+    return run
