@@ -275,7 +275,10 @@ def test_store_error_says_why_the_stored_result_does_not_fit(
     tool_returning(store, old_type, stored)("k")
     with pytest.raises(StoreError) as caught:
         tool_returning(store, new_type, None)("k")
-    assert f": {why}. The action already ran" in str(caught.value)
+    fix = (
+        "The action already ran and is not run again; restore a compatible return type to replay it"
+    )
+    assert str(caught.value).endswith(f": {why}. {fix}")
 
 
 def test_unresolvable_return_annotation_is_refused(store: Store) -> None:
@@ -284,5 +287,9 @@ def test_unresolvable_return_annotation_is_refused(store: Store) -> None:
     def act(key: str) -> "Missing":  # type: ignore[name-defined] # noqa: F821 - the misuse under test
         raise AssertionError
 
-    with pytest.raises(TypeError, match=r"cannot resolve its annotations \(name 'Missing'"):
+    expected = (
+        r"cannot resolve its annotations \(name 'Missing' is not defined\); "
+        r"make the return type importable where the function is defined$"
+    )
+    with pytest.raises(TypeError, match=expected):
         safe(store)(act)

@@ -5,9 +5,17 @@ from datetime import UTC, datetime, timedelta
 import attrs
 import pytest
 
-from safeact import DoubtReason, KeyConflictError, State
+from safeact import DoubtReason, KeyConflictError, SafeError, State
 from safeact._owner import Owner
-from safeact._protocol import Checkpoint, Doubt, Record, checkpoint, checkpoint_hook, next_step
+from safeact._protocol import (
+    Checkpoint,
+    Doubt,
+    Record,
+    check_resolvable,
+    checkpoint,
+    checkpoint_hook,
+    next_step,
+)
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 HASH = "0123456789abcdef" * 4
@@ -60,6 +68,17 @@ def test_key_of_other_arguments_conflicts_naming_both_hashes() -> None:
         ),
     )
     assert expected == (caught.value.key, str(caught.value))
+
+
+def test_settled_key_is_not_resolvable_and_the_error_says_which_keys_are() -> None:
+    """Resolving a SUCCEEDED key raises SafeError naming its state and the keys that need one."""
+    record = attrs.evolve(ATTEMPTING, state=State.SUCCEEDED)
+    expected = (
+        r"^cannot resolve key 'k': it is succeeded, not in doubt; "
+        r"only ATTEMPTING and IN_DOUBT keys need a decision$"
+    )
+    with pytest.raises(SafeError, match=expected):
+        check_resolvable("k", record)
 
 
 def test_checkpoint_hook_is_told_each_checkpoint_while_installed() -> None:
