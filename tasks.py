@@ -7,9 +7,12 @@ python3 tasks.py artifact  build the wheel and run the suite against it, install
 python3 tasks.py stress    a long run of the Hypothesis state machine
 python3 tasks.py bench [--peers] [--quick]
                            the benchmark; --peers measures the peers too, in .venv-bench
+python3 tasks.py mutants   the named mutants: each guarantee broken on purpose turns a test red
+python3 tasks.py mutate    mutmut over the core modules ([tool.mutmut] in pyproject.toml), scored
 """
 
 import hashlib
+import json
 import os
 import shutil
 import subprocess
@@ -28,6 +31,10 @@ BENCH_PEERS = (
     "redis==8.1.0",
     "boto3==1.44.8",
 )
+MUTMUT = "mutmut==3.8.1"
+DETECTED = {1, 3, 24, -24, 36, 152, 255}
+"""mutmut's exit codes for a mutant the tests caught: a red test, or a time-out."""
+UNCAUGHT = {0: "survived", 5: "no tests", 33: "no tests", 34: "skipped", None: "not run"}
 
 
 def main() -> None:
@@ -42,6 +49,7 @@ def main() -> None:
         "artifact": artifact,
         "stress": stress,
         "mutants": mutants,
+        "mutate": mutate,
         "bench": bench,
     }
     if len(sys.argv) < 2 or sys.argv[1] not in commands:
@@ -159,6 +167,28 @@ def stress(arguments: list[str]) -> None:
 def mutants(arguments: list[str]) -> None:
     """Run the named mutants (python -m tests.mutants)."""
     run(dev_python(), "-m", "tests.mutants", *arguments)
+
+
+def mutate(arguments: list[str]) -> None:
+    """Run mutmut afresh over the modules and tests [tool.mutmut] names; print the score."""
+    python = venv(ROOT / ".venv-mutate", "--editable", f"{ROOT}[dev]", MUTMUT)
+    copy = ROOT / "mutants"
+    shutil.rmtree(copy, ignore_errors=True)
+    copy.mkdir()  # on PYTHONPATH from the start, so child processes import the mutated package
+    env = {**os.environ, "PYTHONPATH": str(copy), "SAFEACT_HYPOTHESIS_PROFILE": "ci"}
+    run(python.parent / "mutmut", "run", *arguments, env=env)
+    survivors: list[str] = []
+    print(f"{'module':<24}{'caught':>8}{'mutants':>9}")
+    for meta in sorted((copy / "safeact").glob("*.py.meta")):
+        codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
+        caught = sum(code in DETECTED for code in codes.values())
+        print(f"{meta.name.removesuffix('.meta'):<24}{caught:>8}{len(codes):>9}")
+        survivors += [
+            f"{name}: {UNCAUGHT.get(code, f'exit {code}')}"
+            for name, code in codes.items()
+            if code not in DETECTED
+        ]
+    print("not caught (see: mutmut show NAME):", *survivors, sep="\n  ")
 
 
 def bench(arguments: list[str]) -> None:

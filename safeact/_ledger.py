@@ -397,16 +397,17 @@ class Store:
         leaves it in doubt. Returns the events appended to the keys' histories.
         """
         events = []
-        for record in self.list_in_doubt():
-            probe = probes.get(record.tool)
-            reason = abandonment(record, now=utc_now(), owner_gone=self.owner_gone)
+        for found in self.list_in_doubt():
+            probe = probes.get(found.tool)
+            reason = abandonment(found, now=utc_now(), owner_gone=self.owner_gone)
             if probe is None or reason is None:
                 continue
-            if record.state is State.ATTEMPTING:
-                self.mark_in_doubt(record.key, record.attempt_id, reason)
-                record = attrs.evolve(record, state=State.IN_DOUBT, doubt_reason=reason)
-            receipt = in_doubt_from(record, reason)
-            event = reconcile_key(self, record, receipt, probe, encode_untyped)
+            if found.state is State.ATTEMPTING:
+                self.mark_in_doubt(found.key, found.attempt_id, reason)
+            record = attrs.evolve(found, state=State.IN_DOUBT, doubt_reason=reason)
+            event = reconcile_key(
+                self, record, in_doubt_from(record, reason), probe, encode_untyped
+            )
             if event is not None:
                 events.append(event)
         return events

@@ -121,6 +121,18 @@ def test_hashes_are_the_same_in_processes_with_different_hash_seeds() -> None:
     assert outputs == {"\n".join(digest(value) for value in [*SAMPLES, Plain()]) + "\n"}
 
 
+PINNED = "f3d802e1f11697a757768f60179415f06fb55a578918f4eff8ffaa888eccf0a4"
+"""The hash of every sample kind, as the ledgers written so far hold it."""
+
+
+def test_hashes_are_the_ones_existing_ledgers_hold() -> None:
+    """Every kind of value hashes as it did when ledgers recorded it, so their keys still replay.
+
+    Sets mixing kinds ({1, "a"}) and numbers that sort apart as text ({2, 10}) are in too.
+    """
+    assert digest([*SAMPLES, {1, "a"}, {2, 10}], extra=1) == PINNED
+
+
 def test_distinct_samples_hash_differently() -> None:
     """Every sample value gives its own hash (1 and "1", a list and its reverse differ).
 

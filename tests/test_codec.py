@@ -11,7 +11,7 @@ from typing import Any, Literal, TypedDict, TypeVar
 import attrs
 import pytest
 
-from safeact import AsyncSafeTool, InDoubt, SafeTool, Store, StoreError, Succeeded, safe
+from safeact import AsyncSafeTool, InDoubt, SafeTool, State, Store, StoreError, Succeeded, safe
 
 
 class Colour(enum.Enum):
@@ -221,3 +221,75 @@ def test_result_that_would_replay_differently_is_not_stored(
     assert record.error_message is not None
     assert "would replay as" in record.error_message
     assert isinstance(tool("k"), InDoubt)
+
+
+def test_infinity_is_not_storable(store: Store) -> None:
+    """Infinity is not JSON either: the result is returned, the key left in doubt for a person."""
+    outcome = tool_returning(store, float, float("inf"))("k")
+    assert outcome == Succeeded("k", float("inf"))
+    record = store.get("k")
+    assert record is not None
+    assert record.state is State.IN_DOUBT
+
+
+@attrs.frozen
+class PricedLine(Line):
+    discount: decimal.Decimal
+
+
+def test_instance_of_a_subclass_is_stored_as_the_annotated_class(store: Store) -> None:
+    """A tool annotated -> Line that returns a subclass stores, and replays, the Line fields."""
+    tool = tool_returning(store, Line, PricedLine("a", decimal.Decimal(2), decimal.Decimal(1)))
+    tool("k")
+    assert tool("k") == Succeeded("k", Line("a", decimal.Decimal(2)), replayed=True)
+
+
+def test_why_a_result_is_not_storable_is_recorded(store: Store) -> None:
+    """The in-doubt row of an unstorable result says what cattrs found wrong with it."""
+    tool_returning(store, int, "x")("k")
+    record = store.get("k")
+    assert record is not None
+    expected = (
+        "the action ran but its result could not be stored: "
+        "ValueError: invalid literal for int() with base 10: 'x'"
+    )
+    assert expected == record.error_message
+
+
+MISSING_FIELDS = "required field missing @ $.sku; required field missing @ $.price"
+
+
+@pytest.mark.parametrize(
+    ("old_type", "stored", "new_type", "why"),
+    [
+        (dict[str, int], {}, Line, MISSING_FIELDS),
+        (str, "x", None, "ValueError: expected null, got 'x'"),
+        (int, 1, uuid.UUID, "TypeError: expected a UUID string, got 1"),
+        (int, 1, decimal.Decimal, "TypeError: expected a decimal string, got 1"),
+    ],
+)
+def test_store_error_says_why_the_stored_result_does_not_fit(
+    store: Store, old_type: object, stored: object, new_type: object, why: str
+) -> None:
+    """The StoreError of a result that no longer fits its type says why, field by field."""
+    tool_returning(store, old_type, stored)("k")
+    with pytest.raises(StoreError) as caught:
+        tool_returning(store, new_type, None)("k")
+    fix = (
+        "The action already ran and is not run again; restore a compatible return type to replay it"
+    )
+    assert str(caught.value).endswith(f": {why}. {fix}")
+
+
+def test_unresolvable_return_annotation_is_refused(store: Store) -> None:
+    """A return annotation naming nothing importable is a TypeError that says how to fix it."""
+
+    def act(key: str) -> "Missing":  # type: ignore[name-defined] # noqa: F821 - the misuse under test
+        raise AssertionError
+
+    expected = (
+        r"cannot resolve its annotations \(name 'Missing' is not defined\); "
+        r"make the return type importable where the function is defined$"
+    )
+    with pytest.raises(TypeError, match=expected):
+        safe(store)(act)

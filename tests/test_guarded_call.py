@@ -279,6 +279,24 @@ def test_bad_key_is_refused_before_anything_runs(
     assert store.list_in_doubt() == []
 
 
+def test_key_of_another_type_is_refused_naming_its_type(store: Store) -> None:
+    """A key that is not a str raises TypeError naming its type and showing a key that works."""
+    with pytest.raises(TypeError) as caught:
+        make_charge(store, [])(42, "a@b.c", 7)  # type: ignore[arg-type] # the misuse under test
+    expected = "the key must be a str, got int: pass a string that names it, such as 'refund-8842'"
+    assert expected == str(caught.value)
+
+
+def test_key_that_is_not_valid_unicode_is_refused_naming_it(store: Store) -> None:
+    """A key holding a lone surrogate raises ValueError naming the key and the fix."""
+    expected = (
+        r"^the key 'k\\udc80' is not valid Unicode text \(surrogates not allowed\); "
+        r"decode it properly before using it$"
+    )
+    with pytest.raises(ValueError, match=expected):
+        make_charge(store, [])("k\udc80", "a@b.c", 7)
+
+
 def test_arguments_that_do_not_fit_are_a_type_error(store: Store) -> None:
     """Calling a tool with arguments its function does not take raises TypeError; nothing runs."""
     runs: list[str] = []

@@ -236,6 +236,13 @@ def test_resolve_refuses_result_with_not_happened(store: Store) -> None:
         store.resolve("k", happened=False, result=1)
 
 
+def test_resolve_refuses_infinity(store: Store) -> None:
+    """Infinity is refused as a resolved result: the ledger holds standard JSON only."""
+    store.claim("k", "act", "h", attempt_id="a", previous=None)
+    with pytest.raises(ValueError, match="cannot store inf as a result"):
+        store.resolve("k", happened=True, result=float("inf"))
+
+
 def test_resolve_refuses_a_result_that_is_not_json(store: Store) -> None:
     """A result that cannot be stored is a ValueError and the key stays unsettled."""
     store.claim("k", "act", "h", attempt_id="a", previous=None)

@@ -109,3 +109,10 @@ def test_raise_on_doubt_raises_in_doubt_error(store: Store) -> None:
     with pytest.raises(InDoubtError) as caught:
         raise_on_doubt(stop)("k")
     assert caught.value.key == "k"
+
+
+def test_unwrap_failed_names_the_key_and_the_tool() -> None:
+    """The FailedCallError that Failed.unwrap() raises names the key and the tool that failed."""
+    with pytest.raises(FailedCallError) as caught:
+        Failed("k", "tool", "ValueError", "bad").unwrap()
+    assert (caught.value.key, caught.value.tool) == ("k", "tool")
