@@ -24,10 +24,10 @@ from typing import NoReturn, cast
 import attrs
 
 from safeact._history import Event
-from safeact._ledger import Store, utc_now
 from safeact._protocol import UNSETTLED, DoubtReason, Record, SagaState, State, abandonment
 from safeact._reconcile import Probe
 from safeact._schema import migrate
+from safeact._store import Store, get_store, utc_now
 from safeact.exceptions import SafeError
 
 __all__ = ["main"]
@@ -265,7 +265,7 @@ def open_store(ledger: Path) -> Store:
         )
     if not ledger.is_file() or ledger.stat().st_size == 0:
         raise _UsageError(f"{ledger}: not a safeact ledger")
-    return Store(ledger)
+    return get_store(ledger)
 
 
 def cmd_ls(options: argparse.Namespace, store: Store) -> int:
@@ -296,7 +296,7 @@ def cmd_show(options: argparse.Namespace, store: Store) -> int:
     events = store.history(options.key)
     if record is None:
         if not events:
-            raise _UsageError(f"{store.path}: no key {options.key!r}")
+            raise _UsageError(f"{store.location}: no key {options.key!r}")
         _print([f"key {options.key!r} is not in the ledger any more", "", "history:"])
         _print(history_lines(events))
         return 0
@@ -343,7 +343,10 @@ def cmd_doubt(options: argparse.Namespace, store: Store) -> int:
             [
                 "",
                 f"{len(doubts)} in doubt; after checking each one, close it with",
-                f"  safeact resolve {store.path} KEY --happened [--result JSON] | --not-happened",
+                (
+                    f"  safeact resolve {store.location} KEY "
+                    "--happened [--result JSON] | --not-happened"
+                ),
             ]
         )
     else:
@@ -422,7 +425,7 @@ def cmd_stats(_: argparse.Namespace, store: Store) -> int:
     _print(table(["TOOL", *(s.value.upper() for s in State), "TOTAL"], rows))
     sagas = Counter(s.state.value for s in store.list_sagas())
     doubt = store.list_in_doubt()
-    total, detail = size(store.path)
+    total, detail = size(Path(store.location))
     _print(
         [
             "",

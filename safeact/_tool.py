@@ -24,7 +24,6 @@ from typing import (
 
 from safeact._codec import ResultNotStorableError, check_return_type, decode, encode
 from safeact._keys import args_hash, check_key, check_text
-from safeact._ledger import Store, get_store, utc_now
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded, failed_from, in_doubt_from
 from safeact._protocol import (
     JSON,
@@ -40,6 +39,7 @@ from safeact._protocol import (
     next_step,
 )
 from safeact._reconcile import Probe, reconcile_key
+from safeact._store import Store, get_store, utc_now
 
 __all__ = ["AsyncSafeTool", "SafeTool", "raise_on_doubt", "safe"]
 

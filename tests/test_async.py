@@ -20,7 +20,7 @@ from safeact import (
     State,
     Store,
     Succeeded,
-    _ledger,
+    _sqlite,
     safe,
 )
 from safeact._protocol import Checkpoint, checkpoint_hook
@@ -143,7 +143,7 @@ def test_ledger_work_does_not_stall_the_event_loop(
     under way, has ticked: were the claim blocking the loop, the ticker could not tick until
     the claim gave up, and the call would fail.
     """
-    monkeypatch.setattr(_ledger, "BUSY_TIMEOUT", 5.0)
+    monkeypatch.setattr(_sqlite, "BUSY_TIMEOUT", 5.0)
     runs: list[str] = []
     charge = charge_tool(store, runs)
     blocker = sqlite3.connect(ledger, isolation_level=None)
@@ -201,7 +201,7 @@ def test_cancel_during_the_claim_leaves_no_orphan(
 
     Left alone, it would sit ATTEMPTING under a live process that no longer holds it.
     """
-    monkeypatch.setattr(_ledger, "BUSY_TIMEOUT", 5.0)
+    monkeypatch.setattr(_sqlite, "BUSY_TIMEOUT", 5.0)
     runs: list[str] = []
     charge = charge_tool(store, runs)
     blocker = sqlite3.connect(ledger, isolation_level=None)

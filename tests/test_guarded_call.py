@@ -159,7 +159,7 @@ def test_attempting_key_is_reported_in_doubt_with_receipt(store: Store, ledger: 
     runs: list[str] = []
     charge = make_charge(store, runs)
     store.claim("k", charge.name, _hash_of(charge, "a@b.c", 7), attempt_id="dead", previous=None)
-    bury_owners(ledger)
+    bury_owners(store)
     outcome = charge("k", "a@b.c", 7)
     assert isinstance(outcome, InDoubt)
     record = store.get("k")
@@ -257,7 +257,7 @@ def test_conflict_is_checked_for_in_doubt_keys_too(store: Store, ledger: Path) -
     runs: list[str] = []
     charge = make_charge(store, runs)
     store.claim("k", charge.name, _hash_of(charge, "a@b.c", 7), attempt_id="dead", previous=None)
-    bury_owners(ledger)
+    bury_owners(store)
     with pytest.raises(KeyConflictError):
         charge("k", "a@b.c", 8)
     record = store.get("k")
@@ -427,7 +427,7 @@ def test_completion_after_release_and_new_claim_is_kept_as_late(
     def act(key: str) -> int:
         runs.append(len(runs) + 1)
         if runs == [1]:
-            expire_leases(store.path)  # the owner looks frozen past its lease...
+            expire_leases(store)  # the owner looks frozen past its lease...
             store.resolve(key, happened=False)  # ...and an operator releases it
             assert act(key) == Succeeded(key, 2)  # a new attempt claims and finishes
             return 1

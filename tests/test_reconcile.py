@@ -35,7 +35,7 @@ def left_in_doubt(store: Store, tool: _Guard[object], key: str, *args: object) -
     """Leave ``key`` as a crashed process leaves it: ATTEMPTING under an owner that is gone."""
     digest = tool._digest(key, args, {})
     store.claim(key, tool.name, digest, attempt_id="crashed", previous=None)
-    bury_owners(store.path)
+    bury_owners(store)
 
 
 def whys(store: Store, key: str) -> list[Why]:

@@ -85,7 +85,7 @@ class SagaMachine(RuleBasedStateMachine):
             with checkpoint_hook(die):
                 ended = self.run_saga(saga_id)
         except Crash:
-            bury_owners(self.directory / "agent.db")
+            bury_owners(self.store)
             self.store.close()
             self.store = get_store(self.directory / "agent.db")
             return

@@ -147,7 +147,7 @@ class LedgerMachine(RuleBasedStateMachine):
             known.runs += 1
             known.state = State.FAILED if fail else State.SUCCEEDED
             known.value = None if fail else Receipt(key, variant)
-        bury_owners(self.directory / "agent.db")  # the process that owned it is gone
+        bury_owners(self.store)  # the process that owned it is gone
         self.restart()
 
     @rule(key=KEYS, variant=VARIANTS)
@@ -193,7 +193,7 @@ class LedgerMachine(RuleBasedStateMachine):
             return
 
         def release_and_rerun(running: str) -> None:
-            expire_leases(self.directory / "agent.db")  # the owner looks frozen
+            expire_leases(self.store)  # the owner looks frozen
             self.store.resolve(running, happened=False)
             again = self.act(running, variant, False)  # noqa: FBT003
             assert again == Succeeded(running, Receipt(running, variant))
