@@ -1,4 +1,5 @@
 import os
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -21,8 +22,56 @@ def ledger(tmp_path: Path) -> Path:
     return tmp_path / "agent.db"
 
 
+POSTGRES = os.environ.get("SAFEACT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+"""The server the PostgreSQL half of the suite runs against (every machine here has it)."""
+
+
+def postgres_or_skip() -> str:
+    """The server's URL; skip (fail, under CI) when it cannot be reached."""
+    try:
+        import psycopg
+
+        with psycopg.connect(POSTGRES, connect_timeout=3):
+            pass
+    except Exception as exc:  # noqa: BLE001 - any reason the server is not there
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL at {POSTGRES} is needed in CI: {exc}")
+        pytest.skip(f"no PostgreSQL at {POSTGRES} ({type(exc).__name__}): SQLite half only")
+    return POSTGRES
+
+
 @pytest.fixture
-def store(ledger: Path) -> Iterator[Store]:
-    """An open store on a fresh ledger."""
-    with get_store(ledger) as opened:
+def postgres_ledger() -> Iterator[str]:
+    """The URL of a fresh, migrated safeact schema of its own on the test server."""
+    import psycopg
+
+    from safeact._postgres import migrate_postgres
+
+    server = postgres_or_skip()
+    schema = f"safeact_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    separator = "&" if "?" in server else "?"
+    dsn = f"{server}{separator}options=-csearch_path%3D{schema}"
+    migrate_postgres(dsn)
+    try:
+        yield dsn
+    finally:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_ledger(request: pytest.FixtureRequest, ledger: Path) -> str:
+    """A fresh ledger on each backend: a SQLite file, then a PostgreSQL schema."""
+    if request.param == "sqlite":
+        return str(ledger)
+    dsn: str = request.getfixturevalue("postgres_ledger")
+    return dsn
+
+
+@pytest.fixture
+def store(any_ledger: str) -> Iterator[Store]:
+    """An open store on a fresh ledger, on each backend."""
+    with get_store(any_ledger) as opened:
         yield opened

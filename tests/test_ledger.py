@@ -31,6 +31,13 @@ from safeact._sqlite import SqliteStore
 from tests.actions import bury_owners
 
 
+@pytest.fixture
+def store(ledger: Path) -> Iterator[SqliteStore]:
+    """These tests are about the SQLite file itself: SQLite only."""
+    with SqliteStore(ledger) as opened:
+        yield opened
+
+
 def test_new_ledger_and_its_wal_are_owner_only(ledger: Path) -> None:
     """The ledger file and its WAL side files are created readable by the owner only."""
     with SqliteStore(ledger) as store:
