@@ -17,7 +17,7 @@ from psycopg_pool import ConnectionPool
 
 from safeact._owner import Owner, is_gone
 from safeact._protocol import Record, SagaState, State
-from safeact._schema import SCHEMA_VERSION
+from safeact._schema import SCHEMA_VERSION, UNSETTLED_SQL
 from safeact._store import LEASE, Cursor, Store
 from safeact.exceptions import StoreError
 
@@ -70,8 +70,7 @@ _SCHEMA = (
         schema_version INTEGER NOT NULL,
         PRIMARY KEY (key, attempt_id)
     )""",
-    "CREATE INDEX calls_unsettled ON calls (attempted_at) "
-    "WHERE state IN ('attempting', 'in_doubt')",
+    f"CREATE INDEX calls_unsettled ON calls (attempted_at) WHERE state IN ({UNSETTLED_SQL})",
     f"""CREATE TABLE sagas (
         saga_id        TEXT PRIMARY KEY,
         state          TEXT NOT NULL CHECK (state IN ({_SAGA_STATES})),
@@ -135,14 +134,14 @@ def migrate_postgres(dsn: str) -> tuple[int, int]:
             old = _version(connection, where)
             if old == 0:
                 for statement in _SCHEMA:
-                    connection.execute(statement)  # type: ignore[arg-type] # constants
+                    connection.execute(statement)
                 connection.execute(
                     "INSERT INTO safeact_meta (application, version) VALUES (%s, %s)",
                     (APPLICATION, _FIRST_VERSION),
                 )
             for step in range(max(old, _FIRST_VERSION), SCHEMA_VERSION):
                 for statement in _MIGRATIONS[step]:
-                    connection.execute(statement)  # type: ignore[arg-type] # constants
+                    connection.execute(statement)
             connection.execute("UPDATE safeact_meta SET version = %s", (SCHEMA_VERSION,))
     except psycopg.Error as exc:
         raise StoreError(f"{where}: {exc}".strip()) from exc
@@ -302,7 +301,7 @@ class _Executor:
         self._connection = connection
 
     def execute(self, sql: str, parameters: tuple[object, ...] = (), /) -> Cursor:
-        return self._connection.execute(sql.replace("?", "%s"), parameters)  # type: ignore[arg-type] # constants
+        return self._connection.execute(sql.replace("?", "%s"), parameters)
 
 
 def _version(connection: psycopg.Connection[Any], where: str) -> int:
