@@ -219,21 +219,26 @@ class _Guard(Generic[T_co]):
                 error_message=f"the action ran but its result could not be stored: {exc}",
                 doubt_reason=DoubtReason.RESULT_NOT_STORED,
             )
+            recorded = False
         else:
-            self._finish(record, State.SUCCEEDED, result=stored)
+            recorded = self._finish(record, State.SUCCEEDED, result=stored)
         checkpoint("after_record")
-        return Succeeded(record.key, cast("T_co", value))
+        return Succeeded(record.key, cast("T_co", value), recorded=recorded)
 
     def _raised(self, record: Record, exc: Exception) -> Failed:
         """Record the exception the action raised; return ``Failed``."""
         checkpoint("after_call")
         error_type, message = _type_name(type(exc)), _message(exc)
-        self._finish(record, State.FAILED, error_type=error_type, error_message=message)
+        recorded = self._finish(record, State.FAILED, error_type=error_type, error_message=message)
         checkpoint("after_record")
-        return Failed(record.key, self.name, error_type, message, exception=exc)
+        return Failed(record.key, self.name, error_type, message, recorded=recorded, exception=exc)
 
-    def _finish(self, record: Record, state: State, **outcome: Any) -> None:
-        """Record the end of this attempt; trouble doing so leaves the key in doubt, logged."""
+    def _finish(self, record: Record, state: State, **outcome: Any) -> bool:
+        """Record the end of this attempt; return whether the ledger has it.
+
+        Trouble recording it (a lost connection, a full disk) leaves the key in doubt; it is
+        logged, and the caller's outcome says ``recorded=False``.
+        """
         try:
             written = self.store.finish(record.key, record.attempt_id, state=state, **outcome)
         except Exception:
@@ -243,7 +248,7 @@ class _Guard(Generic[T_co]):
                 state.value,
                 record.key,
             )
-            return
+            return False
         if not written:
             logger.error(
                 "%s: key %r was released and claimed again while this attempt ran; its %s "
@@ -252,6 +257,7 @@ class _Guard(Generic[T_co]):
                 record.key,
                 state.value,
             )
+        return True
 
     def _interrupted(self, record: Record) -> None:
         """Mark this attempt IN_DOUBT (interrupted), so nobody waits on it; never raise."""
