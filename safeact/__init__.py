@@ -12,6 +12,7 @@ from safeact._owner import Owner
 from safeact._protocol import DoubtReason, Record, SagaRecord, SagaState, State
 from safeact._reconcile import Happened, NotHappened, Probe, Unknown, Verdict
 from safeact._saga import Saga, SagaFailed
+from safeact._sqlite import SqliteStore
 from safeact._store import Purged, Store, get_store
 from safeact._tool import AsyncSafeTool, SafeTool, raise_on_doubt, safe
 from safeact.exceptions import (
@@ -44,6 +45,7 @@ __all__ = [
     "SagaFailed",
     "SagaRecord",
     "SagaState",
+    "SqliteStore",
     "State",
     "Store",
     "StoreError",
