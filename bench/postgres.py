@@ -248,7 +248,7 @@ def postgres_figures(calls: int) -> Figures:
     try:
         import psycopg  # noqa: PLC0415 - the rows are optional, as psycopg is
 
-        from safeact._postgres import migrate_postgres  # noqa: PLC0415 - needs psycopg
+        from safeact.postgres import migrate_postgres  # noqa: PLC0415 - needs psycopg
     except ImportError:
         return Figures({}, {}, {}, "skipped: psycopg is not installed (safeact[postgres])")
     try:
