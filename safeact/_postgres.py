@@ -243,15 +243,45 @@ class PostgresStore(Store):
         disk; like SQLite's NORMAL, they survive a crash of this process, not of the server.
         """
         self._check_open()
-        with self._pool.connection() as connection:
+        with contextlib.ExitStack() as held:
+            connection = self._begin(held)
             if not sync:
                 connection.execute("SET LOCAL synchronous_commit = off")
             yield _Executor(connection)
 
+    def _begin(self, held: contextlib.ExitStack) -> psycopg.Connection[Any]:
+        """A pooled connection in a new transaction, kept open by ``held``.
+
+        A pooled session may have died while idle (a server restart, a cut connection);
+        that shows at ``BEGIN``, before anything was sent, so another connection is tried,
+        once. A failure later in the transaction is never retried here.
+        """
+        for last in (False, True):
+            attempt = contextlib.ExitStack()
+            connection: psycopg.Connection[Any] = attempt.enter_context(self._pool.connection())
+            try:
+                attempt.enter_context(connection.transaction())
+            except psycopg.OperationalError:
+                attempt.close()  # the pool throws the broken connection away
+                if last:
+                    raise
+                continue
+            held.enter_context(attempt)
+            return connection
+        raise AssertionError  # pragma: no cover - the loop returns or raises
+
     def _read(self, sql: str, parameters: tuple[object, ...]) -> list[Any]:
+        """Run a query on a pooled connection; a dead session is replaced once (reads repeat)."""
         self._check_open()
-        with self._errors(), self._pool.connection() as connection:
-            return _Executor(connection).execute(sql, parameters).fetchall()
+        with self._errors():
+            for last in (False, True):
+                try:
+                    with self._pool.connection() as connection:
+                        return _Executor(connection).execute(sql, parameters).fetchall()
+                except psycopg.OperationalError:
+                    if last:
+                        raise
+        raise AssertionError  # pragma: no cover - the loop returns or raises
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
@@ -280,8 +310,13 @@ class PostgresStore(Store):
         self._alive_lock = threading.Lock()
 
     def _new_pool(self) -> ConnectionPool[Any]:
+        # Autocommit: a read is one round trip; a write opens its transaction explicitly.
         pool: ConnectionPool[Any] = ConnectionPool(
-            self._dsn, min_size=1, max_size=self._pool_size, open=False
+            self._dsn,
+            min_size=1,
+            max_size=self._pool_size,
+            open=False,
+            kwargs={"autocommit": True},
         )
         with self._errors():
             try:
