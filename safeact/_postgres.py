@@ -10,7 +10,7 @@ import contextlib
 import hashlib
 import re
 import threading
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import psycopg
 from psycopg_pool import ConnectionPool
@@ -22,9 +22,11 @@ from safeact._store import LEASE, Cursor, Store
 from safeact.exceptions import StoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 __all__ = ["PostgresStore", "migrate_postgres"]
+
+T = TypeVar("T")
 
 APPLICATION = "safeact"
 _MIGRATION_LOCK = 0x53414654  # "SAFT": one migrator at a time, across every worker
@@ -209,11 +211,14 @@ class PostgresStore(Store):
         if is_gone(owner, self.owner):
             return True
         lock = _owner_lock(owner)
-        with self._errors(), self._pool.connection() as connection:
-            (free,) = connection.execute("SELECT pg_try_advisory_lock(%s)", (lock,)).fetchone()
-            if free:
+
+        def lock_is_free(connection: psycopg.Connection[Any]) -> bool:
+            free = connection.execute("SELECT pg_try_advisory_lock(%s)", (lock,)).fetchall()
+            if free == [(True,)]:
                 connection.execute("SELECT pg_advisory_unlock(%s)", (lock,))
-        return bool(free)
+            return free == [(True,)]
+
+        return self._repeatable(lock_is_free)
 
     def claim(
         self, key: str, tool: str, args_hash: str, *, attempt_id: str, previous: Record | None
@@ -227,7 +232,13 @@ class PostgresStore(Store):
         self._after_fork()
         with self._alive_lock:
             if self._alive is not None and not self._alive.closed:
-                return
+                try:
+                    # A session the server ended (idle, so nobody noticed) lost the lock.
+                    self._alive.execute("SELECT 1")
+                except psycopg.OperationalError:
+                    self._alive.close()
+                else:
+                    return
             with self._errors():
                 alive = psycopg.connect(self._dsn, autocommit=True)
                 alive.execute("SELECT pg_advisory_lock(%s)", (_owner_lock(self.owner),))
@@ -265,22 +276,34 @@ class PostgresStore(Store):
                 attempt.close()  # the pool throws the broken connection away
                 if last:
                     raise
+                self._pool.check()  # and every idle session that died with it
                 continue
             held.enter_context(attempt)
             return connection
         raise AssertionError  # pragma: no cover - the loop returns or raises
 
     def _read(self, sql: str, parameters: tuple[object, ...]) -> list[Any]:
-        """Run a query on a pooled connection; a dead session is replaced once (reads repeat)."""
+        def query(connection: psycopg.Connection[Any]) -> list[Any]:
+            return _Executor(connection).execute(sql, parameters).fetchall()
+
+        return self._repeatable(query)
+
+    def _repeatable(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
+        """Do ``work``, which may safely run twice, on a pooled connection.
+
+        A session that died while idle is replaced, once, after the pool has thrown away
+        every idle session that died with it.
+        """
         self._check_open()
         with self._errors():
             for last in (False, True):
                 try:
                     with self._pool.connection() as connection:
-                        return _Executor(connection).execute(sql, parameters).fetchall()
+                        return work(connection)
                 except psycopg.OperationalError:
                     if last:
                         raise
+                    self._pool.check()
         raise AssertionError  # pragma: no cover - the loop returns or raises
 
     @contextlib.contextmanager
