@@ -1,6 +1,8 @@
 import os
+import shutil
+import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -43,22 +45,11 @@ def postgres_or_skip() -> str:
 @pytest.fixture
 def postgres_ledger() -> Iterator[str]:
     """The URL of a fresh, migrated safeact schema of its own on the test server."""
-    import psycopg
-
-    from safeact._postgres import migrate_postgres
-
-    server = postgres_or_skip()
-    schema = f"safeact_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f"CREATE SCHEMA {schema}")
-    separator = "&" if "?" in server else "?"
-    dsn = f"{server}{separator}options=-csearch_path%3D{schema}"
-    migrate_postgres(dsn)
+    dsn, drop = new_postgres_schema(postgres_or_skip())
     try:
         yield dsn
     finally:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+        drop()
 
 
 @pytest.fixture(params=["sqlite", "postgres"])
@@ -75,3 +66,48 @@ def store(any_ledger: str) -> Iterator[Store]:
     """An open store on a fresh ledger, on each backend."""
     with get_store(any_ledger) as opened:
         yield opened
+
+
+def new_postgres_schema(server: str = POSTGRES) -> tuple[str, Callable[[], None]]:
+    """A fresh, migrated safeact schema of its own on ``server``: its URL, and what drops it.
+
+    For code that cannot use the ``postgres_ledger`` fixture (a Hypothesis state machine makes
+    one ledger per example); call ``postgres_or_skip`` first.
+    """
+    import psycopg  # the SQLite half runs without it
+
+    from safeact._postgres import migrate_postgres
+
+    schema = f"safeact_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    separator = "&" if "?" in server else "?"
+    dsn = f"{server}{separator}options=-csearch_path%3D{schema}"
+
+    def drop() -> None:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+    try:
+        migrate_postgres(dsn)
+    except BaseException:
+        drop()
+        raise
+    return dsn, drop
+
+
+def new_ledger(backend: str) -> tuple[str, Callable[[], None]]:
+    """A fresh ledger on ``backend`` ("sqlite" or "postgres"): its location, and its removal.
+
+    A SQLite file in a new temporary directory, or a PostgreSQL schema (``new_postgres_schema``).
+    """
+    if backend == "postgres":
+        return new_postgres_schema()
+    directory = Path(tempfile.mkdtemp())
+    return str(directory / "agent.db"), lambda: shutil.rmtree(directory)
+
+
+def require(backend: str) -> None:
+    """Skip (fail, under CI) a test on ``backend`` when that backend's server is not there."""
+    if backend == "postgres":
+        postgres_or_skip()
