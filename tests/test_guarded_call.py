@@ -67,12 +67,12 @@ def test_second_call_replays_without_running(store: Store) -> None:
     assert runs == ["k"]
 
 
-def test_replay_after_reopening_the_store(ledger: Path) -> None:
-    """The record outlives the store object: a new store on the same file replays."""
+def test_replay_after_reopening_the_store(any_ledger: str) -> None:
+    """The record outlives the store object: a new store on the same ledger replays."""
     runs: list[str] = []
-    with get_store(ledger) as first:
+    with get_store(any_ledger) as first:
         make_charge(first, runs)("k", "a@b.c", 7)
-    with get_store(ledger) as second:
+    with get_store(any_ledger) as second:
         replay = make_charge(second, runs)("k", "a@b.c", 7)
     assert replay == Succeeded("k", Receipt("a@b.c", 7), replayed=True)
     assert runs == ["k"]
@@ -154,7 +154,7 @@ def test_interrupt_propagates_and_leaves_key_in_doubt(
     assert runs == ["k"]
 
 
-def test_attempting_key_is_reported_in_doubt_with_receipt(store: Store, ledger: Path) -> None:
+def test_attempting_key_is_reported_in_doubt_with_receipt(store: Store) -> None:
     """A key left ATTEMPTING by a caller that died is InDoubt (crashed), marked so, not run."""
     runs: list[str] = []
     charge = make_charge(store, runs)
@@ -252,7 +252,7 @@ def test_key_reused_with_other_arguments_conflicts(store: Store) -> None:
     assert runs == ["k"]
 
 
-def test_conflict_is_checked_for_in_doubt_keys_too(store: Store, ledger: Path) -> None:
+def test_conflict_is_checked_for_in_doubt_keys_too(store: Store) -> None:
     """Other arguments on an unsettled key are a conflict, not a doubt."""
     runs: list[str] = []
     charge = make_charge(store, runs)
@@ -361,7 +361,7 @@ def test_unstorable_result_is_returned_and_key_left_in_doubt(store: Store) -> No
         return "not an int"  # type: ignore[return-value] # the bug under test
 
     outcome: object = lie("k")
-    assert outcome == Succeeded("k", "not an int")
+    assert outcome == Succeeded("k", "not an int", recorded=False)
     record = store.get("k")
     assert record is not None
     assert record.state is State.IN_DOUBT
@@ -383,29 +383,29 @@ def test_empty_name_is_refused(store: Store) -> None:
 
 
 def test_outcome_is_returned_when_its_record_cannot_be_written(
-    ledger: Path, caplog: pytest.LogCaptureFixture
+    any_ledger: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """If the SUCCEEDED commit fails, the caller still gets Succeeded; the key stays in doubt."""
-    store = get_store(ledger)
+    """If the SUCCEEDED commit fails, the caller gets Succeeded(recorded=False); key in doubt."""
+    store = get_store(any_ledger)
 
     @safe(store)
     def act(key: str) -> int:
         store.close()  # the ledger goes away while the action runs
         return 1
 
-    assert act("k") == Succeeded("k", 1)
+    assert act("k") == Succeeded("k", 1, recorded=False)
     assert "could not record succeeded for key 'k'" in caplog.text
-    with get_store(ledger) as reopened:
+    with get_store(any_ledger) as reopened:
         record = reopened.get("k")
         assert record is not None
         assert record.state is State.ATTEMPTING
 
 
 def test_interrupt_propagates_even_if_the_doubt_cannot_be_recorded(
-    ledger: Path, caplog: pytest.LogCaptureFixture
+    any_ledger: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An interrupt is re-raised as itself, not replaced by the ledger's error."""
-    store = get_store(ledger)
+    store = get_store(any_ledger)
 
     @safe(store)
     def act(key: str) -> int:
