@@ -399,8 +399,10 @@ class Store:
             reason = abandonment(found, now=utc_now(), owner_gone=self.owner_gone)
             if probe is None or reason is None:
                 continue
-            if found.state is State.ATTEMPTING:
-                self.mark_in_doubt(found.key, found.attempt_id, reason)
+            if found.state is State.ATTEMPTING and not self.mark_in_doubt(
+                found.key, found.attempt_id, reason
+            ):
+                continue  # its owner finished meanwhile
             record = attrs.evolve(found, state=State.IN_DOUBT, doubt_reason=reason)
             event = reconcile_key(
                 self, record, in_doubt_from(record, reason), probe, encode_untyped
@@ -690,13 +692,17 @@ class Store:
             )
         return late
 
-    def mark_in_doubt(self, key: str, attempt_id: str, reason: DoubtReason) -> None:
-        """Turn this attempt's ATTEMPTING row into IN_DOUBT; a finished row is left alone."""
+    def mark_in_doubt(self, key: str, attempt_id: str, reason: DoubtReason) -> bool:
+        """Turn this attempt's ATTEMPTING row into IN_DOUBT; return whether it did.
+
+        A row that moved on meanwhile (finished by its owner, resolved, claimed again) is
+        left alone, and False returned.
+        """
         event = self._new_event(key, State.IN_DOUBT, why_in_doubt(reason))
         with self._errors(), self._transaction(sync=False) as db:
             now = self._locked_row(db, key)
             if now != (State.ATTEMPTING.value, attempt_id):
-                return
+                return False
             event = attrs.evolve(event, from_state=State.ATTEMPTING, attempt_id=attempt_id)
             db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", event))
             db.execute(
@@ -704,6 +710,7 @@ class Store:
                 "WHERE key = ? AND attempt_id = ? AND state = ?",
                 (State.IN_DOUBT.value, reason.value, key, attempt_id, State.ATTEMPTING.value),
             )
+        return True
 
     def get_saga(self, saga_id: str) -> SagaRecord | None:
         """Return the progress of saga ``saga_id``, or ``None`` if it never started."""

@@ -24,7 +24,7 @@ from typing import (
 
 from safeact._codec import ResultNotStorableError, check_return_type, decode, encode
 from safeact._keys import args_hash, check_key, check_text
-from safeact._outcome import Failed, InDoubt, Outcome, Succeeded, failed_from, in_doubt_from
+from safeact._outcome import Failed, Outcome, Succeeded, failed_from, in_doubt_from
 from safeact._protocol import (
     JSON,
     Doubt,
@@ -175,25 +175,21 @@ class _Guard(Generic[T_co]):
             return failed_from(record)
         return Succeeded(record.key, self.replay(record), replayed=True)
 
-    def _doubt(self, record: Record, reason: DoubtReason) -> InDoubt:
-        """Mark a dead owner's attempt IN_DOUBT; return the receipt."""
-        if record.state is State.ATTEMPTING and reason is not DoubtReason.IN_FLIGHT:
-            self.store.mark_in_doubt(record.key, record.attempt_id, reason)
-        return in_doubt_from(record, reason)
+    def _mark(self, record: Record, reason: DoubtReason) -> bool:
+        """Mark a dead owner's ATTEMPTING attempt IN_DOUBT (an IN_DOUBT one already is).
 
-    def _doubt_or_probe(
-        self, record: Record, reason: DoubtReason, *, probed: bool
-    ) -> InDoubt | None:
-        """Mark the key in doubt; then, if a probe is set and not yet asked, ask it.
-
-        Returns the receipt when the call ends in doubt, ``None`` when the probe's answer
-        changed the key and the caller should decide again.
+        Returns False if the row moved on meanwhile: its owner finished after all, or the
+        key was resolved or claimed again. The caller then decides again.
         """
-        receipt = self._doubt(record, reason)
-        if self.reconcile is None or probed:
-            return receipt
-        reconcile_key(self.store, record, receipt, self.reconcile, self._encode)
-        return None
+        if record.state is not State.ATTEMPTING:
+            return True
+        return self.store.mark_in_doubt(record.key, record.attempt_id, reason)
+
+    def _probe(self, record: Record, reason: DoubtReason) -> None:
+        """Ask the probe about the in-doubt ``record`` and apply its answer."""
+        if self.reconcile is not None:
+            receipt = in_doubt_from(record, reason)
+            reconcile_key(self.store, record, receipt, self.reconcile, self._encode)
 
     def _encode(self, value: object) -> JSON:
         return encode(value, self.return_type)
@@ -321,14 +317,17 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
                     if claimed is not None:
                         return self._run(claimed, args, kwargs)
                 case Doubt(unsettled, reason):
-                    receipt = self._doubt_or_probe(unsettled, reason, probed=probed)
-                    if receipt is not None:
-                        return receipt
-                    probed = True
+                    if not self._mark(unsettled, reason):
+                        pass  # the row moved on before it could be marked: decide again
+                    elif self.reconcile is None or probed:
+                        return in_doubt_from(unsettled, reason)
+                    else:
+                        self._probe(unsettled, reason)
+                        probed = True
                 case Wait(running):
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        return self._doubt(running, DoubtReason.IN_FLIGHT)
+                        return in_doubt_from(running, DoubtReason.IN_FLIGHT)
                     time.sleep(min(pause, left))
                     pause = min(2 * pause, _LONGEST_PAUSE)
             record = self.store.get(key)
@@ -393,16 +392,17 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
                     if claimed is not None:
                         return await self._run(claimed, args, kwargs)
                 case Doubt(unsettled, reason):
-                    receipt = await asyncio.to_thread(
-                        self._doubt_or_probe, unsettled, reason, probed=probed
-                    )
-                    if receipt is not None:
-                        return receipt
-                    probed = True
+                    if not await asyncio.to_thread(self._mark, unsettled, reason):
+                        pass  # the row moved on before it could be marked: decide again
+                    elif self.reconcile is None or probed:
+                        return in_doubt_from(unsettled, reason)
+                    else:
+                        await asyncio.to_thread(self._probe, unsettled, reason)
+                        probed = True
                 case Wait(running):
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        return self._doubt(running, DoubtReason.IN_FLIGHT)
+                        return in_doubt_from(running, DoubtReason.IN_FLIGHT)
                     await asyncio.sleep(min(pause, left))
                     pause = min(2 * pause, _LONGEST_PAUSE)
             record = await asyncio.to_thread(self.store.get, key)

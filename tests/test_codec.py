@@ -213,7 +213,7 @@ class Charge:
 def test_result_that_would_replay_differently_is_not_stored(
     store: Store, return_type: object, value: object
 ) -> None:
-    """A value cattrs would coerce (9.99 as 9 for int) is returned now, unrecorded, never replayed."""
+    """A value cattrs would coerce (9.99 as 9 for int) comes back unrecorded, never replayed."""
     tool = tool_returning(store, return_type, value)
     assert tool("k") == Succeeded("k", value, recorded=False)
     record = store.get("k")

@@ -5,27 +5,12 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-import pytest
-
 from safeact import Failed, InDoubt, Outcome, SafeTool, Store, Succeeded, safe
 from safeact._keys import args_hash
 from tests.actions import Receipt, bury_owners, count_effects, record_effect
 from tests.processes import child_command, report
 
 KEY = "refund-8842"
-
-
-def xfail_on_exited_owner_race(results: list[dict[str, object]]) -> None:
-    """Mark the test an expected failure if a waiter doubted an owner that finished and left.
-
-    A known safeact bug: a waiter that read the key ATTEMPTING and then finds the owner's
-    process gone, because it recorded its outcome and exited meanwhile, returns InDoubt
-    (crashed) instead of replaying (``SafeTool._doubt`` ignores that ``mark_in_doubt`` found
-    the row settled). The action still ran once, which the caller asserted first. PostgreSQL's
-    timing shows it in about one run in ten; remove this once the library is fixed.
-    """
-    if any(r["kind"] == "InDoubt" and r["reason"] == "crashed" for r in results):
-        pytest.xfail(f"a waiter doubted an owner that finished and exited: {results}")
 
 
 def kind(outcome: Outcome[object]) -> str:
@@ -145,7 +130,6 @@ def test_eight_processes_on_one_key_run_it_once_and_all_get_its_result(
         [child_command(ledger, effects, KEY, "--barrier", "--wait", "60") for _ in range(8)]
     )
     assert count_effects(effects, KEY) == 1
-    xfail_on_exited_owner_race(results)
     assert Counter((r["kind"], r["replayed"]) for r in results) == {
         ("Succeeded", False): 1,
         ("Succeeded", True): 7,
@@ -161,7 +145,6 @@ def test_eight_processes_on_four_keys_run_each_once(any_ledger: str, tmp_path: P
         [child_command(ledger, effects, key, "--barrier", "--wait", "60") for key in keys]
     )
     assert [count_effects(effects, f"key-{n}") for n in range(4)] == [1, 1, 1, 1]
-    xfail_on_exited_owner_race(results)
     assert Counter(bool(r["replayed"]) for r in results) == {False: 4, True: 4}
     assert [count_effects(effects, f"key-{n}") for n in range(4)] == [1, 1, 1, 1]
 

@@ -5,6 +5,7 @@ import sys
 from datetime import UTC
 from pathlib import Path
 
+import attrs
 import pytest
 
 from safeact import (
@@ -16,6 +17,7 @@ from safeact import (
     State,
     Store,
     Succeeded,
+    Why,
     get_store,
     safe,
 )
@@ -503,3 +505,26 @@ def test_default_name_uses_the_module_name_of_python_m(tmp_path: Path) -> None:
         for how in (["-m", "tests.child"], [str(root / "tests" / "child.py")])
     ]
     assert names == ["tests.child.main.<locals>.probe", "__main__.main.<locals>.probe"]
+
+
+def test_a_waiter_that_finds_the_owner_finished_after_all_replays_its_outcome(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read ATTEMPTING, then the owner finished and exited: the caller replays, not InDoubt."""
+
+    @safe(store, name="act")
+    def act(key: str) -> int:
+        return 1
+
+    act("k")
+    settled = store.get("k")
+    assert settled is not None
+    # What a waiter read just before the owner recorded its outcome and exited.
+    stale = attrs.evolve(
+        settled, state=State.ATTEMPTING, owner=attrs.evolve(settled.owner, started=-2)
+    )
+    reads = iter([stale])
+    read = store.get
+    monkeypatch.setattr(store, "get", lambda key: next(reads, None) or read(key))
+    assert act("k") == Succeeded("k", 1, replayed=True)
+    assert [e.why for e in store.history("k")] == [Why.CLAIMED, Why.RAN]
