@@ -251,9 +251,11 @@ def test_an_unknown_key_has_no_history(store: Store) -> None:
     assert store.saga_history("never") == []
 
 
-def test_a_real_crash_and_the_next_process_are_both_in_the_history(tmp_path: Path) -> None:
+def test_a_real_crash_and_the_next_process_are_both_in_the_history(
+    any_ledger: str, tmp_path: Path
+) -> None:
     """Killed after the action: the dead process claimed, the next one marked it crashed."""
-    ledger, effects = tmp_path / "agent.db", tmp_path / "effects"
+    ledger, effects = any_ledger, tmp_path / "effects"
     killed = run_child(ledger, effects, KEY, "--kill-at", "after_call")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert report(run_child(ledger, effects, KEY))["kind"] == "InDoubt"
