@@ -5,8 +5,9 @@
 Every row is measured in this run: the median, over several rounds, of the time per call;
 ratios compare rows of the same run, since absolute times on shared machines say little.
 Peers (effect-ledger, DBOS, AWS Powertools with Redis) are measured when installed and
-skipped with a note otherwise. Writes the table to stdout and every figure to PATH
-(default bench-results.json).
+skipped with a note otherwise; so are the PostgreSQL rows (bench/postgres.py), when psycopg
+is installed and the server at SAFEACT_BENCH_POSTGRES answers. Writes the table to stdout
+and every figure to PATH (default bench-results.json).
 """
 
 import argparse
@@ -25,6 +26,7 @@ from itertools import count
 from pathlib import Path
 
 from bench.peers import peer_rows
+from bench.postgres import postgres_figures
 from bench.timing import per_call, repeat
 from safeact import Saga, get_store, safe
 from safeact._protocol import DoubtReason
@@ -257,6 +259,8 @@ def main() -> None:
         rows |= growth_rows(folder, calls, sizes)
         measured, notes = peer_rows(folder, calls)
         rows |= measured
+    postgres = postgres_figures(calls)
+    rows |= postgres.rows
     imports = {
         "import safeact": import_time("safeact"),
         "import attrs, cattrs": import_time("attrs, cattrs"),
@@ -277,6 +281,7 @@ def main() -> None:
         ]
         / rows["safeact new key"],
     } | peer_ratios(rows)
+    ratios |= postgres.ratios
     extra_import_ms = (imports["import safeact"] - imports["import attrs, cattrs"]) * 1000
     print(f"{'row':55}{'per call':>14}")
     for name, seconds in rows.items():
@@ -287,12 +292,24 @@ def main() -> None:
     print(
         f"{'import safeact beyond attrs + cattrs (target <= 30 ms)':55}{extra_import_ms:11.1f} ms"
     )
+    if postgres.calls_per_second:
+        print()
+    for name, rate in postgres.calls_per_second.items():
+        print(f"{name:55}{rate:11.0f} calls/s")
     print()
-    for name, note in ({"safeact": SAFEACT_DURABILITY} | notes).items():
+    notes_and_postgres = {"safeact": SAFEACT_DURABILITY} | notes | {"PostgreSQL": postgres.note}
+    for name, note in notes_and_postgres.items():
         print(f"{name:24}{note}")
     options.json.write_text(
         json.dumps(
-            {"seconds_per_call": rows, "ratios": ratios, "import_seconds": imports, "peers": notes},
+            {
+                "seconds_per_call": rows,
+                "ratios": ratios,
+                "calls_per_second": postgres.calls_per_second,
+                "import_seconds": imports,
+                "peers": notes,
+                "postgres": postgres.note,
+            },
             indent=2,
         )
     )

@@ -7,12 +7,13 @@ stopped between the action and its record; go and check). See README.md and DESI
 from typing import TYPE_CHECKING
 
 from safeact._history import Event, Why
-from safeact._ledger import Purged, Store, get_store
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
 from safeact._owner import Owner
 from safeact._protocol import DoubtReason, Record, SagaRecord, SagaState, State
 from safeact._reconcile import Happened, NotHappened, Probe, Unknown, Verdict
 from safeact._saga import Saga, SagaFailed
+from safeact._sqlite import SqliteStore
+from safeact._store import Purged, Store, get_store
 from safeact._tool import AsyncSafeTool, SafeTool, raise_on_doubt, safe
 from safeact.exceptions import (
     FailedCallError,
@@ -44,6 +45,7 @@ __all__ = [
     "SagaFailed",
     "SagaRecord",
     "SagaState",
+    "SqliteStore",
     "State",
     "Store",
     "StoreError",

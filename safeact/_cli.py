@@ -24,10 +24,11 @@ from typing import NoReturn, cast
 import attrs
 
 from safeact._history import Event
-from safeact._ledger import Store, utc_now
 from safeact._protocol import UNSETTLED, DoubtReason, Record, SagaState, State, abandonment
 from safeact._reconcile import Probe
 from safeact._schema import migrate
+from safeact._sqlite import SqliteStore
+from safeact._store import Store, get_store, utc_now
 from safeact.exceptions import SafeError
 
 __all__ = ["main"]
@@ -257,15 +258,18 @@ def _import(where: str) -> ModuleType:
 # Commands: each takes the parsed options and prints; it returns the exit code.
 
 
-def open_store(ledger: Path) -> Store:
-    """Open an existing ledger; never create one."""
+def open_store(location: str) -> Store:
+    """Open an existing ledger (a file, or a PostgreSQL URL); never create one."""
+    if is_postgres(location):
+        return get_store(location)
+    ledger = Path(location)
     if not ledger.exists():
         raise _UsageError(
             f"{ledger}: no such file (safeact creates a ledger only when a tool uses it)"
         )
     if not ledger.is_file() or ledger.stat().st_size == 0:
         raise _UsageError(f"{ledger}: not a safeact ledger")
-    return Store(ledger)
+    return get_store(ledger)
 
 
 def cmd_ls(options: argparse.Namespace, store: Store) -> int:
@@ -296,7 +300,7 @@ def cmd_show(options: argparse.Namespace, store: Store) -> int:
     events = store.history(options.key)
     if record is None:
         if not events:
-            raise _UsageError(f"{store.path}: no key {options.key!r}")
+            raise _UsageError(f"{store.location}: no key {options.key!r}")
         _print([f"key {options.key!r} is not in the ledger any more", "", "history:"])
         _print(history_lines(events))
         return 0
@@ -343,7 +347,10 @@ def cmd_doubt(options: argparse.Namespace, store: Store) -> int:
             [
                 "",
                 f"{len(doubts)} in doubt; after checking each one, close it with",
-                f"  safeact resolve {store.path} KEY --happened [--result JSON] | --not-happened",
+                (
+                    f"  safeact resolve {store.location} KEY "
+                    "--happened [--result JSON] | --not-happened"
+                ),
             ]
         )
     else:
@@ -422,7 +429,11 @@ def cmd_stats(_: argparse.Namespace, store: Store) -> int:
     _print(table(["TOOL", *(s.value.upper() for s in State), "TOTAL"], rows))
     sagas = Counter(s.state.value for s in store.list_sagas())
     doubt = store.list_in_doubt()
-    total, detail = size(store.path)
+    on_disk = (
+        "size on disk: {:,} bytes ({})".format(*size(store.path))
+        if isinstance(store, SqliteStore)
+        else f"size: on the server ({store.location})"
+    )
     _print(
         [
             "",
@@ -433,7 +444,7 @@ def cmd_stats(_: argparse.Namespace, store: Store) -> int:
                 if doubt
                 else "none"
             ),
-            f"size on disk: {total:,} bytes ({detail})",
+            on_disk,
         ]
     )
     return 0
@@ -457,8 +468,23 @@ def cmd_reconcile(options: argparse.Namespace, store: Store) -> int:
     return 1
 
 
+def is_postgres(location: str) -> bool:
+    """Whether ``location`` names a PostgreSQL database rather than a file."""
+    return location.startswith(("postgresql://", "postgres://"))
+
+
 def cmd_migrate(options: argparse.Namespace) -> int:
-    ledger: Path = options.ledger
+    if is_postgres(options.ledger):
+        from safeact._postgres import migrate_postgres  # noqa: PLC0415 - an optional extra
+
+        old, new = migrate_postgres(options.ledger)
+        if old == new:
+            _print([f"{options.ledger} is already at schema {new}"])
+        else:
+            done = "created schema" if old == 0 else f"migrated from schema {old} to"
+            _print([f"{done} {new} in {options.ledger}"])
+        return 0
+    ledger = Path(options.ledger)
     backups = f"{ledger.name}.v*.bak*"
     before = set(ledger.parent.glob(backups))
     old, new = migrate(ledger)
@@ -496,7 +522,7 @@ def parser() -> _Parser:
             epilog="example:\n" + "\n".join(f"  {example}" for example in examples),
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
-        sub.add_argument("ledger", type=Path, metavar="LEDGER", help="the ledger file")
+        sub.add_argument("ledger", metavar="LEDGER", help="the ledger file, or a postgresql:// URL")
         return sub
 
     ls = command(

@@ -24,12 +24,16 @@ class Succeeded(Generic[T_co]):
     """The action ran and returned ``value``.
 
     ``replayed`` is False on the call that ran it, True when the value was read back from the
-    ledger and nothing ran.
+    ledger and nothing ran. ``recorded`` is False when the action ran now but the ledger
+    could not record its result (the connection to the ledger was lost, the disk is full,
+    the value cannot be stored): the key is then left in doubt, later calls get
+    ``InDoubt``, and an operator resolves it with this value.
     """
 
     key: str
     value: T_co
     replayed: bool = False
+    recorded: bool = True
 
     def to_result(self) -> Result[T_co, InDoubt | Failed]:
         """Return ``Success(value)``."""
@@ -78,6 +82,8 @@ class Failed:
 
     ``exception`` is the live exception on the call that ran the action and ``None`` on a
     replay (``replayed=True``), where ``error_type`` and ``message`` were kept.
+    ``recorded`` is False when the ledger could not record the failure: the key is then left
+    in doubt, and later calls get ``InDoubt``.
     """
 
     key: str
@@ -85,6 +91,7 @@ class Failed:
     error_type: str
     message: str
     replayed: bool = False
+    recorded: bool = True
     exception: Exception | None = attrs.field(default=None, eq=False, repr=False)
 
     def to_result(self) -> Result[NoReturn, InDoubt | Failed]:

@@ -21,7 +21,7 @@ from safeact._outcome import InDoubt
 from safeact._protocol import JSON, Record, State, checkpoint
 
 if TYPE_CHECKING:
-    from safeact._ledger import Store
+    from safeact._store import Store
 
 __all__ = ["Happened", "NotHappened", "Probe", "Unknown", "Verdict", "reconcile_key"]
 

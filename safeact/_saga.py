@@ -29,9 +29,9 @@ from typing import (
 import attrs
 
 from safeact._keys import check_key
-from safeact._ledger import Store, get_store
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded, failed_from, in_doubt_from
 from safeact._protocol import DoubtReason, Record, SagaRecord, SagaState, State
+from safeact._store import Store, get_store
 from safeact._tool import AsyncSafeTool, Compensation, SafeTool, safe
 from safeact.exceptions import KeyConflictError, SafeError
 
@@ -417,10 +417,10 @@ class Saga:
 
     def _tool(self, fn: Callable[..., object]) -> _Tool:
         if isinstance(fn, SafeTool | AsyncSafeTool):
-            if fn.store.path.resolve() != self.store.path.resolve():
+            if fn.store is not self.store and fn.store.location != self.store.location:
                 raise ValueError(
-                    f"{fn.name} keeps its ledger in {fn.store.path}, but saga {self.saga_id!r} "
-                    f"keeps its in {self.store.path}: make the tool with safe(saga.store)"
+                    f"{fn.name} keeps its ledger in {fn.store.location}, but saga {self.saga_id!r} "
+                    f"keeps its in {self.store.location}: make the tool with safe(saga.store)"
                 )
             tool: _Tool = fn
             return tool
@@ -463,7 +463,7 @@ class Saga:
         self._state = SagaState.COMPENSATING
         saga = self.store.get_saga(self.saga_id)
         if saga is None:
-            raise SafeError(f"saga {self.saga_id!r} vanished from {self.store.path}")
+            raise SafeError(f"saga {self.saga_id!r} vanished from {self.store.location}")
         return saga
 
     def _to_undo(self, saga: SagaRecord) -> list[_Completed]:

@@ -24,8 +24,7 @@ from typing import (
 
 from safeact._codec import ResultNotStorableError, check_return_type, decode, encode
 from safeact._keys import args_hash, check_key, check_text
-from safeact._ledger import Store, get_store, utc_now
-from safeact._outcome import Failed, InDoubt, Outcome, Succeeded, failed_from, in_doubt_from
+from safeact._outcome import Failed, Outcome, Succeeded, failed_from, in_doubt_from
 from safeact._protocol import (
     JSON,
     Doubt,
@@ -40,6 +39,7 @@ from safeact._protocol import (
     next_step,
 )
 from safeact._reconcile import Probe, reconcile_key
+from safeact._store import Store, get_store, utc_now
 
 __all__ = ["AsyncSafeTool", "SafeTool", "raise_on_doubt", "safe"]
 
@@ -175,25 +175,21 @@ class _Guard(Generic[T_co]):
             return failed_from(record)
         return Succeeded(record.key, self.replay(record), replayed=True)
 
-    def _doubt(self, record: Record, reason: DoubtReason) -> InDoubt:
-        """Mark a dead owner's attempt IN_DOUBT; return the receipt."""
-        if record.state is State.ATTEMPTING and reason is not DoubtReason.IN_FLIGHT:
-            self.store.mark_in_doubt(record.key, record.attempt_id, reason)
-        return in_doubt_from(record, reason)
+    def _mark(self, record: Record, reason: DoubtReason) -> bool:
+        """Mark a dead owner's ATTEMPTING attempt IN_DOUBT (an IN_DOUBT one already is).
 
-    def _doubt_or_probe(
-        self, record: Record, reason: DoubtReason, *, probed: bool
-    ) -> InDoubt | None:
-        """Mark the key in doubt; then, if a probe is set and not yet asked, ask it.
-
-        Returns the receipt when the call ends in doubt, ``None`` when the probe's answer
-        changed the key and the caller should decide again.
+        Returns False if the row moved on meanwhile: its owner finished after all, or the
+        key was resolved or claimed again. The caller then decides again.
         """
-        receipt = self._doubt(record, reason)
-        if self.reconcile is None or probed:
-            return receipt
-        reconcile_key(self.store, record, receipt, self.reconcile, self._encode)
-        return None
+        if record.state is not State.ATTEMPTING:
+            return True
+        return self.store.mark_in_doubt(record.key, record.attempt_id, reason)
+
+    def _probe(self, record: Record, reason: DoubtReason) -> None:
+        """Ask the probe about the in-doubt ``record`` and apply its answer."""
+        if self.reconcile is not None:
+            receipt = in_doubt_from(record, reason)
+            reconcile_key(self.store, record, receipt, self.reconcile, self._encode)
 
     def _encode(self, value: object) -> JSON:
         return encode(value, self.return_type)
@@ -219,21 +215,26 @@ class _Guard(Generic[T_co]):
                 error_message=f"the action ran but its result could not be stored: {exc}",
                 doubt_reason=DoubtReason.RESULT_NOT_STORED,
             )
+            recorded = False
         else:
-            self._finish(record, State.SUCCEEDED, result=stored)
+            recorded = self._finish(record, State.SUCCEEDED, result=stored)
         checkpoint("after_record")
-        return Succeeded(record.key, cast("T_co", value))
+        return Succeeded(record.key, cast("T_co", value), recorded=recorded)
 
     def _raised(self, record: Record, exc: Exception) -> Failed:
         """Record the exception the action raised; return ``Failed``."""
         checkpoint("after_call")
         error_type, message = _type_name(type(exc)), _message(exc)
-        self._finish(record, State.FAILED, error_type=error_type, error_message=message)
+        recorded = self._finish(record, State.FAILED, error_type=error_type, error_message=message)
         checkpoint("after_record")
-        return Failed(record.key, self.name, error_type, message, exception=exc)
+        return Failed(record.key, self.name, error_type, message, recorded=recorded, exception=exc)
 
-    def _finish(self, record: Record, state: State, **outcome: Any) -> None:
-        """Record the end of this attempt; trouble doing so leaves the key in doubt, logged."""
+    def _finish(self, record: Record, state: State, **outcome: Any) -> bool:
+        """Record the end of this attempt; return whether the ledger has it.
+
+        Trouble recording it (a lost connection, a full disk) leaves the key in doubt; it is
+        logged, and the caller's outcome says ``recorded=False``.
+        """
         try:
             written = self.store.finish(record.key, record.attempt_id, state=state, **outcome)
         except Exception:
@@ -243,7 +244,7 @@ class _Guard(Generic[T_co]):
                 state.value,
                 record.key,
             )
-            return
+            return False
         if not written:
             logger.error(
                 "%s: key %r was released and claimed again while this attempt ran; its %s "
@@ -252,6 +253,7 @@ class _Guard(Generic[T_co]):
                 record.key,
                 state.value,
             )
+        return True
 
     def _interrupted(self, record: Record) -> None:
         """Mark this attempt IN_DOUBT (interrupted), so nobody waits on it; never raise."""
@@ -315,14 +317,17 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
                     if claimed is not None:
                         return self._run(claimed, args, kwargs)
                 case Doubt(unsettled, reason):
-                    receipt = self._doubt_or_probe(unsettled, reason, probed=probed)
-                    if receipt is not None:
-                        return receipt
-                    probed = True
+                    if not self._mark(unsettled, reason):
+                        pass  # the row moved on before it could be marked: decide again
+                    elif self.reconcile is None or probed:
+                        return in_doubt_from(unsettled, reason)
+                    else:
+                        self._probe(unsettled, reason)
+                        probed = True
                 case Wait(running):
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        return self._doubt(running, DoubtReason.IN_FLIGHT)
+                        return in_doubt_from(running, DoubtReason.IN_FLIGHT)
                     time.sleep(min(pause, left))
                     pause = min(2 * pause, _LONGEST_PAUSE)
             record = self.store.get(key)
@@ -387,16 +392,17 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
                     if claimed is not None:
                         return await self._run(claimed, args, kwargs)
                 case Doubt(unsettled, reason):
-                    receipt = await asyncio.to_thread(
-                        self._doubt_or_probe, unsettled, reason, probed=probed
-                    )
-                    if receipt is not None:
-                        return receipt
-                    probed = True
+                    if not await asyncio.to_thread(self._mark, unsettled, reason):
+                        pass  # the row moved on before it could be marked: decide again
+                    elif self.reconcile is None or probed:
+                        return in_doubt_from(unsettled, reason)
+                    else:
+                        await asyncio.to_thread(self._probe, unsettled, reason)
+                        probed = True
                 case Wait(running):
                     left = deadline - time.monotonic()
                     if left <= 0:
-                        return self._doubt(running, DoubtReason.IN_FLIGHT)
+                        return in_doubt_from(running, DoubtReason.IN_FLIGHT)
                     await asyncio.sleep(min(pause, left))
                     pause = min(2 * pause, _LONGEST_PAUSE)
             record = await asyncio.to_thread(self.store.get, key)

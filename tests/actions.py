@@ -1,10 +1,11 @@
 """Tools shared by the tests and the subprocesses they start: effects are counted in a file."""
 
 import os
-import sqlite3
 from pathlib import Path
 
 import attrs
+
+from safeact import Store
 
 
 @attrs.frozen
@@ -30,28 +31,20 @@ def count_effects(effects: Path, key: str) -> int:
     return effects.read_text().splitlines().count(key)
 
 
-def bury_owners(ledger: Path) -> None:
+def bury_owners(store: Store) -> None:
     """Make every running attempt's owner look dead, as after its process was killed.
 
     In-process crash simulations cannot kill the test process; this gives the records the
     start time of another process, which is what a reused process id looks like.
     """
-    connection = sqlite3.connect(ledger)
-    try:
-        with connection:
-            connection.execute("UPDATE calls SET owner_started = -2 WHERE state = 'attempting'")
-    finally:
-        connection.close()
+    with store._transaction(sync=False) as db:
+        db.execute("UPDATE calls SET owner_started = -2 WHERE state = 'attempting'")
 
 
-def expire_leases(ledger: Path) -> None:
+def expire_leases(store: Store) -> None:
     """Make every running attempt's lease run out, as when its owner froze or was cut off."""
-    connection = sqlite3.connect(ledger)
-    try:
-        with connection:
-            connection.execute(
-                "UPDATE calls SET lease_until = '2000-01-01T00:00:00.000000+00:00' "
-                "WHERE state = 'attempting'"
-            )
-    finally:
-        connection.close()
+    with store._transaction(sync=False) as db:
+        db.execute(
+            "UPDATE calls SET lease_until = '2000-01-01T00:00:00.000000+00:00' "
+            "WHERE state = 'attempting'"
+        )

@@ -3,13 +3,16 @@
 Usage: python tests/child.py LEDGER EFFECTS KEY [--kill-at CHECKPOINT] [--fail] [--barrier]
        [--print-default-name]
 
+LEDGER is what ``get_store`` takes: a SQLite file path or a PostgreSQL URL.
+
 --kill-at SIGKILLs this process at that checkpoint of the protocol; --barrier prints
 "ready" and waits for a line on stdin before opening the ledger, so several processes start
 together; --print-default-name prints the name a tool gets without name=. --hold makes the
 action print "acting" after its effect and wait for a line on stdin; --slow makes it take
 that many seconds; --lease, --heartbeat and --wait set the store and the tool. --probe gives
 the tool a reconciliation probe that answers happened, not_happened or unknown; --resolve
-resolves the key as happened or not_happened instead of calling the tool.
+resolves the key as happened or not_happened instead of calling the tool. --host names the
+host this process claims as (another host's owner cannot be looked up locally).
 """
 
 import argparse
@@ -45,7 +48,7 @@ from tests.actions import Receipt, record_effect
 def main() -> None:  # noqa: C901 - one option after another
     faulthandler.enable()  # a crash prints every thread's stack to stderr, which tests show
     parser = argparse.ArgumentParser()
-    parser.add_argument("ledger", type=Path)
+    parser.add_argument("ledger")
     parser.add_argument("effects", type=Path)
     parser.add_argument("key")
     parser.add_argument("--kill-at")
@@ -59,12 +62,15 @@ def main() -> None:  # noqa: C901 - one option after another
     parser.add_argument("--slow", type=float, default=0.0)
     parser.add_argument("--probe", choices=["happened", "not_happened", "unknown"])
     parser.add_argument("--resolve", choices=["happened", "not_happened"])
+    parser.add_argument("--host")
     options = parser.parse_args()
 
     if options.barrier:  # before opening: a new ledger is created under contention too
         print("ready", flush=True)
         sys.stdin.readline()
-    store = get_store(options.ledger, lease=options.lease, heartbeat=options.heartbeat)
+    store = get_store(
+        options.ledger, lease=options.lease, heartbeat=options.heartbeat, host=options.host
+    )
 
     if options.print_default_name:
 

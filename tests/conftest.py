@@ -1,5 +1,8 @@
 import os
-from collections.abc import Iterator
+import shutil
+import tempfile
+import uuid
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -21,8 +24,90 @@ def ledger(tmp_path: Path) -> Path:
     return tmp_path / "agent.db"
 
 
+POSTGRES = os.environ.get("SAFEACT_TEST_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
+"""The server the PostgreSQL half of the suite runs against (every machine here has it)."""
+
+
+def postgres_or_skip() -> str:
+    """The server's URL; skip (fail, under CI) when it cannot be reached."""
+    try:
+        import psycopg
+
+        with psycopg.connect(POSTGRES, connect_timeout=3):
+            pass
+    except Exception as exc:  # noqa: BLE001 - any reason the server is not there
+        if os.environ.get("CI"):
+            pytest.fail(f"PostgreSQL at {POSTGRES} is needed in CI: {exc}")
+        pytest.skip(f"no PostgreSQL at {POSTGRES} ({type(exc).__name__}): SQLite half only")
+    return POSTGRES
+
+
 @pytest.fixture
-def store(ledger: Path) -> Iterator[Store]:
-    """An open store on a fresh ledger."""
-    with get_store(ledger) as opened:
+def postgres_ledger() -> Iterator[str]:
+    """The URL of a fresh, migrated safeact schema of its own on the test server."""
+    dsn, drop = new_postgres_schema(postgres_or_skip())
+    try:
+        yield dsn
+    finally:
+        drop()
+
+
+@pytest.fixture(params=["sqlite", "postgres"])
+def any_ledger(request: pytest.FixtureRequest, ledger: Path) -> str:
+    """A fresh ledger on each backend: a SQLite file, then a PostgreSQL schema."""
+    if request.param == "sqlite":
+        return str(ledger)
+    dsn: str = request.getfixturevalue("postgres_ledger")
+    return dsn
+
+
+@pytest.fixture
+def store(any_ledger: str) -> Iterator[Store]:
+    """An open store on a fresh ledger, on each backend."""
+    with get_store(any_ledger) as opened:
         yield opened
+
+
+def new_postgres_schema(server: str = POSTGRES) -> tuple[str, Callable[[], None]]:
+    """A fresh, migrated safeact schema of its own on ``server``: its URL, and what drops it.
+
+    For code that cannot use the ``postgres_ledger`` fixture (a Hypothesis state machine makes
+    one ledger per example); call ``postgres_or_skip`` first.
+    """
+    import psycopg  # the SQLite half runs without it
+
+    from safeact._postgres import migrate_postgres
+
+    schema = f"safeact_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    separator = "&" if "?" in server else "?"
+    dsn = f"{server}{separator}options=-csearch_path%3D{schema}"
+
+    def drop() -> None:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+    try:
+        migrate_postgres(dsn)
+    except BaseException:
+        drop()
+        raise
+    return dsn, drop
+
+
+def new_ledger(backend: str) -> tuple[str, Callable[[], None]]:
+    """A fresh ledger on ``backend`` ("sqlite" or "postgres"): its location, and its removal.
+
+    A SQLite file in a new temporary directory, or a PostgreSQL schema (``new_postgres_schema``).
+    """
+    if backend == "postgres":
+        return new_postgres_schema()
+    directory = Path(tempfile.mkdtemp())
+    return str(directory / "agent.db"), lambda: shutil.rmtree(directory)
+
+
+def require(backend: str) -> None:
+    """Skip (fail, under CI) a test on ``backend`` when that backend's server is not there."""
+    if backend == "postgres":
+        postgres_or_skip()

@@ -85,7 +85,7 @@ MUTANTS = [
         "commit ATTEMPTING without syncing it",
         [
             Edit(
-                "safeact/_ledger.py",
+                "safeact/_store.py",
                 CLAIM_SYNCED,
                 CLAIM_SYNCED.replace("sync=True", "sync=False"),
             )
@@ -101,7 +101,7 @@ MUTANTS = [
                 "return Wait(record) if reason is None else "
                 "(Run(record) if record.state is State.ATTEMPTING else Doubt(record, reason))",
             ),
-            Edit("safeact/_ledger.py", CLAIM_RELEASED, CLAIM_ANY),
+            Edit("safeact/_store.py", CLAIM_RELEASED, CLAIM_ANY),
         ],
         CORE,
     ),
@@ -109,7 +109,7 @@ MUTANTS = [
         "replace the unique insert with an upsert",
         [
             Edit(
-                "safeact/_ledger.py",
+                "safeact/_store.py",
                 '"INSERT INTO calls (key,',
                 '"INSERT OR REPLACE INTO calls (key,',
             )
@@ -125,7 +125,7 @@ MUTANTS = [
                 "case State.FAILED:\n            return Run(record)\n"
                 "        case State.SUCCEEDED:\n            return Replay(record)",
             ),
-            Edit("safeact/_ledger.py", CLAIM_RELEASED, CLAIM_ANY),
+            Edit("safeact/_store.py", CLAIM_RELEASED, CLAIM_ANY),
         ],
         CORE,
     ),
@@ -155,7 +155,7 @@ MUTANTS = [
         "let a late completion be dropped",
         [
             Edit(
-                "safeact/_ledger.py",
+                "safeact/_store.py",
                 "                return True\n            db.execute(\n",
                 "                return True\n            return False\n            db.execute(\n",
             )

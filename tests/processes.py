@@ -8,12 +8,13 @@ from pathlib import Path
 CHILD = Path(__file__).with_name("child.py")
 
 
-def child_command(ledger: Path, effects: Path, key: str, *options: str) -> list[str]:
+def child_command(ledger: str | Path, effects: Path, key: str, *options: str) -> list[str]:
+    """The command line of a child on ``ledger``: a SQLite file path or a PostgreSQL URL."""
     return [sys.executable, str(CHILD), str(ledger), str(effects), key, *options]
 
 
 def run_child(
-    ledger: Path, effects: Path, key: str, *options: str
+    ledger: str | Path, effects: Path, key: str, *options: str
 ) -> subprocess.CompletedProcess[str]:
     """Run one child to the end (or to its death) and return what it printed."""
     return subprocess.run(

@@ -2,6 +2,8 @@
 
 Usage: python tests/saga_child.py LEDGER EFFECTS SAGA_ID [--fail STEP] [--kill-at POINT:N]
 
+LEDGER is what ``get_store`` takes: a SQLite file path or a PostgreSQL URL.
+
 Steps: charge (undone by reverse_charge), send (undone by send_correction), ledger (no undo).
 --fail makes that step (or undo) raise; --kill-at SIGKILLs this process the N-th time it
 reaches that checkpoint. Every action appends its key to EFFECTS.
@@ -24,7 +26,7 @@ from tests.actions import record_effect
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("ledger", type=Path)
+    parser.add_argument("ledger")
     parser.add_argument("effects", type=Path)
     parser.add_argument("saga_id")
     parser.add_argument("--fail", default="")

@@ -5,9 +5,8 @@ import contextlib
 import sqlite3
 import threading
 from collections import Counter
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
-from pathlib import Path
 
 import pytest
 
@@ -20,7 +19,7 @@ from safeact import (
     State,
     Store,
     Succeeded,
-    _ledger,
+    _sqlite,
     safe,
 )
 from safeact._protocol import Checkpoint, checkpoint_hook
@@ -134,20 +133,46 @@ async def claiming(
         yield call
 
 
+def hold_write_lock(location: str) -> Callable[[], None]:
+    """Another session takes the ledger's write lock; return what commits and lets it go.
+
+    SQLite: ``BEGIN IMMEDIATE`` on the file. PostgreSQL: ``LOCK TABLE calls IN EXCLUSIVE
+    MODE``, which lets plain reads through but holds every claim's row lock.
+    """
+    if location.startswith("postgresql://"):
+        import psycopg  # the SQLite half runs without it
+
+        session = psycopg.connect(location)
+        session.execute("LOCK TABLE calls IN EXCLUSIVE MODE")
+
+        def release_postgres() -> None:
+            session.commit()
+            session.close()
+
+        return release_postgres
+    blocker = sqlite3.connect(location, isolation_level=None)
+    blocker.execute("BEGIN IMMEDIATE")
+
+    def release_sqlite() -> None:
+        blocker.execute("COMMIT")
+        blocker.close()
+
+    return release_sqlite
+
+
 def test_ledger_work_does_not_stall_the_event_loop(
-    store: Store, ledger: Path, monkeypatch: pytest.MonkeyPatch
+    store: Store, any_ledger: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """While a claim waits for a locked ledger, other tasks keep running on the loop.
 
-    Another connection holds the write lock until a ticker task, started once the claim is
+    Another session holds the write lock until a ticker task, started once the claim is
     under way, has ticked: were the claim blocking the loop, the ticker could not tick until
     the claim gave up, and the call would fail.
     """
-    monkeypatch.setattr(_ledger, "BUSY_TIMEOUT", 5.0)
+    monkeypatch.setattr(_sqlite, "BUSY_TIMEOUT", 5.0)
     runs: list[str] = []
     charge = charge_tool(store, runs)
-    blocker = sqlite3.connect(ledger, isolation_level=None)
-    blocker.execute("BEGIN IMMEDIATE")
+    release = hold_write_lock(any_ledger)
 
     async def both() -> tuple[Outcome[Receipt], list[int]]:
         async with claiming(charge) as call:
@@ -155,13 +180,10 @@ def test_ledger_work_does_not_stall_the_event_loop(
             for tick in range(5):
                 ticks.append(tick)
                 await asyncio.sleep(0)
-            blocker.execute("COMMIT")
+            release()
             return await call, ticks
 
-    try:
-        outcome, ticks = asyncio.run(both())
-    finally:
-        blocker.close()
+    outcome, ticks = asyncio.run(both())
     assert outcome == Succeeded("k", Receipt("a@b.c", 5))
     assert ticks == [0, 1, 2, 3, 4]
 
@@ -195,29 +217,25 @@ def test_async_caller_that_runs_out_of_wait_gets_in_flight(store: Store) -> None
 
 
 def test_cancel_during_the_claim_leaves_no_orphan(
-    store: Store, ledger: Path, monkeypatch: pytest.MonkeyPatch
+    store: Store, any_ledger: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A task cancelled mid-claim: the claim completes and is marked interrupted; nothing ran.
 
     Left alone, it would sit ATTEMPTING under a live process that no longer holds it.
     """
-    monkeypatch.setattr(_ledger, "BUSY_TIMEOUT", 5.0)
+    monkeypatch.setattr(_sqlite, "BUSY_TIMEOUT", 5.0)
     runs: list[str] = []
     charge = charge_tool(store, runs)
-    blocker = sqlite3.connect(ledger, isolation_level=None)
-    blocker.execute("BEGIN IMMEDIATE")
+    release = hold_write_lock(any_ledger)
 
     async def cancel_while_claiming() -> None:
         async with claiming(charge) as call:
             call.cancel()
-            blocker.execute("COMMIT")
+            release()
             with pytest.raises(asyncio.CancelledError):
                 await call
 
-    try:
-        asyncio.run(cancel_while_claiming())
-    finally:
-        blocker.close()
+    asyncio.run(cancel_while_claiming())
     record = store.get("k")
     assert record is not None
     assert (record.state, record.doubt_reason) == (State.IN_DOUBT, DoubtReason.INTERRUPTED)

@@ -79,7 +79,7 @@ def make_ledger(path: Path) -> list[Record]:
         store.claim("pay-2", "pay", "h", attempt_id="dead", previous=None)
         with Saga("order-1", store) as saga:
             saga.step(paying, 7)
-    bury_owners(path)
+        bury_owners(store)
     with get_store(path) as store:
         return store.records()
 

@@ -88,7 +88,7 @@ def test_sixteen_threads_on_a_released_key_run_it_once_more(store: Store, tmp_pa
     charge = charge_tool(store, effects)
     digest = args_hash(charge._signature, (50,), {})
     store.claim(KEY, charge.name, digest, attempt_id="dead", previous=None)
-    bury_owners(store.path)
+    bury_owners(store)
     store.resolve(KEY, happened=False)
     outcomes = call_together(charge, 16, [KEY])
     assert Counter(kind(outcome) for _, outcome in outcomes) == {"ran": 1, "replayed": 15}
@@ -121,12 +121,15 @@ def released_together(commands: list[list[str]]) -> list[dict[str, object]]:
     ]
 
 
-def test_eight_processes_on_one_key_run_it_once_and_all_get_its_result(tmp_path: Path) -> None:
+def test_eight_processes_on_one_key_run_it_once_and_all_get_its_result(
+    any_ledger: str, tmp_path: Path
+) -> None:
     """8 processes at once on one new ledger and key: one runs it, 7 wait and replay it."""
-    ledger, effects = tmp_path / "agent.db", tmp_path / "effects"
+    ledger, effects = any_ledger, tmp_path / "effects"
     results = released_together(
         [child_command(ledger, effects, KEY, "--barrier", "--wait", "60") for _ in range(8)]
     )
+    assert count_effects(effects, KEY) == 1
     assert Counter((r["kind"], r["replayed"]) for r in results) == {
         ("Succeeded", False): 1,
         ("Succeeded", True): 7,
@@ -134,19 +137,23 @@ def test_eight_processes_on_one_key_run_it_once_and_all_get_its_result(tmp_path:
     assert count_effects(effects, KEY) == 1
 
 
-def test_eight_processes_on_four_keys_run_each_once(tmp_path: Path) -> None:
+def test_eight_processes_on_four_keys_run_each_once(any_ledger: str, tmp_path: Path) -> None:
     """8 processes at once, two per key: each key runs once, its twin replays it."""
-    ledger, effects = tmp_path / "agent.db", tmp_path / "effects"
+    ledger, effects = any_ledger, tmp_path / "effects"
     keys = [f"key-{n % 4}" for n in range(8)]
     results = released_together(
         [child_command(ledger, effects, key, "--barrier", "--wait", "60") for key in keys]
     )
+    assert [count_effects(effects, f"key-{n}") for n in range(4)] == [1, 1, 1, 1]
     assert Counter(bool(r["replayed"]) for r in results) == {False: 4, True: 4}
     assert [count_effects(effects, f"key-{n}") for n in range(4)] == [1, 1, 1, 1]
 
 
-def test_eight_processes_create_one_new_ledger_at_once(tmp_path: Path) -> None:
-    """8 processes released together on a file that does not exist yet: none fails (3 rounds)."""
+def test_eight_processes_create_one_new_sqlite_ledger_at_once(tmp_path: Path) -> None:
+    """8 processes released together on a file that does not exist yet: none fails (3 rounds).
+
+    SQLite only: opening creates its file; a PostgreSQL schema is made by ``migrate`` alone.
+    """
     for round_ in range(3):
         ledger = tmp_path / f"agent-{round_}.db"
         results = released_together(

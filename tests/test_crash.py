@@ -1,4 +1,7 @@
-"""Real crashes: a child process SIGKILLs itself at each checkpoint; a new process carries on."""
+"""Real crashes: a child process SIGKILLs itself at each checkpoint; a new process carries on.
+
+Every test runs on both backends (``any_ledger``): a SQLite file, then a PostgreSQL schema.
+"""
 
 import signal
 from pathlib import Path
@@ -45,9 +48,8 @@ FAILURE_PATH: list[Case] = [
 ]
 
 
-def crash_then_continue(tmp_path: Path, case: Case, *options: str) -> None:
+def crash_then_continue(ledger: str, effects: Path, case: Case, *options: str) -> None:
     point, left, ran, next_outcome, then, total = case
-    ledger, effects = tmp_path / "agent.db", tmp_path / "effects"
     killed = run_child(ledger, effects, KEY, "--kill-at", point, *options)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert count_effects(effects, KEY) == ran
@@ -60,20 +62,22 @@ def crash_then_continue(tmp_path: Path, case: Case, *options: str) -> None:
 
 
 @pytest.mark.parametrize("case", SUCCESS_PATH, ids=[case[0] for case in SUCCESS_PATH])
-def test_kill_during_successful_action(tmp_path: Path, case: Case) -> None:
+def test_kill_during_successful_action(any_ledger: str, tmp_path: Path, case: Case) -> None:
     """Killed at each checkpoint of a successful call, later processes see the contract hold."""
-    crash_then_continue(tmp_path, case)
+    crash_then_continue(any_ledger, tmp_path / "effects", case)
 
 
 @pytest.mark.parametrize("case", FAILURE_PATH, ids=[case[0] for case in FAILURE_PATH])
-def test_kill_during_failing_action(tmp_path: Path, case: Case) -> None:
+def test_kill_during_failing_action(any_ledger: str, tmp_path: Path, case: Case) -> None:
     """Killed at each checkpoint of a failing call, later processes see InDoubt or the Failed."""
-    crash_then_continue(tmp_path, case, "--fail")
+    crash_then_continue(any_ledger, tmp_path / "effects", case, "--fail")
 
 
-def test_resolve_after_kill_lets_the_action_run_exactly_once_more(tmp_path: Path) -> None:
+def test_resolve_after_kill_lets_the_action_run_exactly_once_more(
+    any_ledger: str, tmp_path: Path
+) -> None:
     """After a kill after the action, resolve(happened=False) is the only way it runs again."""
-    ledger, effects = tmp_path / "agent.db", tmp_path / "effects"
+    ledger, effects = any_ledger, tmp_path / "effects"
     assert run_child(ledger, effects, KEY, "--kill-at", "after_call").returncode == -signal.SIGKILL
     assert report(run_child(ledger, effects, KEY)) == IN_DOUBT
     with get_store(ledger) as store:
@@ -83,9 +87,9 @@ def test_resolve_after_kill_lets_the_action_run_exactly_once_more(tmp_path: Path
     assert count_effects(effects, KEY) == 2
 
 
-def test_many_sequential_processes_run_the_action_once(tmp_path: Path) -> None:
+def test_many_sequential_processes_run_the_action_once(any_ledger: str, tmp_path: Path) -> None:
     """N processes calling one key one after another run the action once; the rest replay."""
-    ledger, effects = tmp_path / "agent.db", tmp_path / "effects"
+    ledger, effects = any_ledger, tmp_path / "effects"
     outcomes = [report(run_child(ledger, effects, KEY)) for _ in range(5)]
     assert outcomes == [SUCCEEDED_NOW] + [SUCCEEDED_REPLAY] * 4
     assert count_effects(effects, KEY) == 1

@@ -5,6 +5,7 @@ import sys
 from datetime import UTC
 from pathlib import Path
 
+import attrs
 import pytest
 
 from safeact import (
@@ -16,6 +17,7 @@ from safeact import (
     State,
     Store,
     Succeeded,
+    Why,
     get_store,
     safe,
 )
@@ -67,12 +69,12 @@ def test_second_call_replays_without_running(store: Store) -> None:
     assert runs == ["k"]
 
 
-def test_replay_after_reopening_the_store(ledger: Path) -> None:
-    """The record outlives the store object: a new store on the same file replays."""
+def test_replay_after_reopening_the_store(any_ledger: str) -> None:
+    """The record outlives the store object: a new store on the same ledger replays."""
     runs: list[str] = []
-    with get_store(ledger) as first:
+    with get_store(any_ledger) as first:
         make_charge(first, runs)("k", "a@b.c", 7)
-    with get_store(ledger) as second:
+    with get_store(any_ledger) as second:
         replay = make_charge(second, runs)("k", "a@b.c", 7)
     assert replay == Succeeded("k", Receipt("a@b.c", 7), replayed=True)
     assert runs == ["k"]
@@ -154,12 +156,12 @@ def test_interrupt_propagates_and_leaves_key_in_doubt(
     assert runs == ["k"]
 
 
-def test_attempting_key_is_reported_in_doubt_with_receipt(store: Store, ledger: Path) -> None:
+def test_attempting_key_is_reported_in_doubt_with_receipt(store: Store) -> None:
     """A key left ATTEMPTING by a caller that died is InDoubt (crashed), marked so, not run."""
     runs: list[str] = []
     charge = make_charge(store, runs)
     store.claim("k", charge.name, _hash_of(charge, "a@b.c", 7), attempt_id="dead", previous=None)
-    bury_owners(ledger)
+    bury_owners(store)
     outcome = charge("k", "a@b.c", 7)
     assert isinstance(outcome, InDoubt)
     record = store.get("k")
@@ -252,12 +254,12 @@ def test_key_reused_with_other_arguments_conflicts(store: Store) -> None:
     assert runs == ["k"]
 
 
-def test_conflict_is_checked_for_in_doubt_keys_too(store: Store, ledger: Path) -> None:
+def test_conflict_is_checked_for_in_doubt_keys_too(store: Store) -> None:
     """Other arguments on an unsettled key are a conflict, not a doubt."""
     runs: list[str] = []
     charge = make_charge(store, runs)
     store.claim("k", charge.name, _hash_of(charge, "a@b.c", 7), attempt_id="dead", previous=None)
-    bury_owners(ledger)
+    bury_owners(store)
     with pytest.raises(KeyConflictError):
         charge("k", "a@b.c", 8)
     record = store.get("k")
@@ -361,7 +363,7 @@ def test_unstorable_result_is_returned_and_key_left_in_doubt(store: Store) -> No
         return "not an int"  # type: ignore[return-value] # the bug under test
 
     outcome: object = lie("k")
-    assert outcome == Succeeded("k", "not an int")
+    assert outcome == Succeeded("k", "not an int", recorded=False)
     record = store.get("k")
     assert record is not None
     assert record.state is State.IN_DOUBT
@@ -383,29 +385,29 @@ def test_empty_name_is_refused(store: Store) -> None:
 
 
 def test_outcome_is_returned_when_its_record_cannot_be_written(
-    ledger: Path, caplog: pytest.LogCaptureFixture
+    any_ledger: str, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """If the SUCCEEDED commit fails, the caller still gets Succeeded; the key stays in doubt."""
-    store = get_store(ledger)
+    """If the SUCCEEDED commit fails, the caller gets Succeeded(recorded=False); key in doubt."""
+    store = get_store(any_ledger)
 
     @safe(store)
     def act(key: str) -> int:
         store.close()  # the ledger goes away while the action runs
         return 1
 
-    assert act("k") == Succeeded("k", 1)
+    assert act("k") == Succeeded("k", 1, recorded=False)
     assert "could not record succeeded for key 'k'" in caplog.text
-    with get_store(ledger) as reopened:
+    with get_store(any_ledger) as reopened:
         record = reopened.get("k")
         assert record is not None
         assert record.state is State.ATTEMPTING
 
 
 def test_interrupt_propagates_even_if_the_doubt_cannot_be_recorded(
-    ledger: Path, caplog: pytest.LogCaptureFixture
+    any_ledger: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     """An interrupt is re-raised as itself, not replaced by the ledger's error."""
-    store = get_store(ledger)
+    store = get_store(any_ledger)
 
     @safe(store)
     def act(key: str) -> int:
@@ -427,7 +429,7 @@ def test_completion_after_release_and_new_claim_is_kept_as_late(
     def act(key: str) -> int:
         runs.append(len(runs) + 1)
         if runs == [1]:
-            expire_leases(store.path)  # the owner looks frozen past its lease...
+            expire_leases(store)  # the owner looks frozen past its lease...
             store.resolve(key, happened=False)  # ...and an operator releases it
             assert act(key) == Succeeded(key, 2)  # a new attempt claims and finishes
             return 1
@@ -503,3 +505,26 @@ def test_default_name_uses_the_module_name_of_python_m(tmp_path: Path) -> None:
         for how in (["-m", "tests.child"], [str(root / "tests" / "child.py")])
     ]
     assert names == ["tests.child.main.<locals>.probe", "__main__.main.<locals>.probe"]
+
+
+def test_a_waiter_that_finds_the_owner_finished_after_all_replays_its_outcome(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Read ATTEMPTING, then the owner finished and exited: the caller replays, not InDoubt."""
+
+    @safe(store, name="act")
+    def act(key: str) -> int:
+        return 1
+
+    act("k")
+    settled = store.get("k")
+    assert settled is not None
+    # What a waiter read just before the owner recorded its outcome and exited.
+    stale = attrs.evolve(
+        settled, state=State.ATTEMPTING, owner=attrs.evolve(settled.owner, started=-2)
+    )
+    reads = iter([stale])
+    read = store.get
+    monkeypatch.setattr(store, "get", lambda key: next(reads, None) or read(key))
+    assert act("k") == Succeeded("k", 1, replayed=True)
+    assert [e.why for e in store.history("k")] == [Why.CLAIMED, Why.RAN]

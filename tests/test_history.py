@@ -2,7 +2,6 @@
 
 import os
 import signal
-import sqlite3
 from pathlib import Path
 
 import pytest
@@ -17,6 +16,7 @@ from safeact import (
     SagaState,
     State,
     Store,
+    StoreError,
     Succeeded,
     Why,
     get_store,
@@ -88,7 +88,7 @@ def test_an_abandoned_attempt_is_marked_in_doubt_by_the_caller_that_finds_it(
 
     store.claim("k", "act", act._digest("k", (), {}), attempt_id="a", previous=None)
     assert callable(abandon)
-    abandon(store.path)
+    abandon(store)
     assert isinstance(act("k"), InDoubt)
     assert steps(store.history("k")) == [
         (None, State.ATTEMPTING, Why.CLAIMED),
@@ -126,7 +126,7 @@ def test_a_result_that_cannot_be_stored_is_recorded_as_such(store: Store) -> Non
 def test_resolve_records_the_operator_and_the_note(store: Store) -> None:
     """A resolve is logged as resolved, by the operator, with the note; a re-run is a new claim."""
     store.claim("k", "act", "h", attempt_id="a", previous=None)
-    bury_owners(store.path)
+    bury_owners(store)
     released = store.resolve("k", happened=False, note="bank says no transfer")
     store.claim("k", "act", "h", attempt_id="b", previous=released)
     history = store.history("k")
@@ -146,7 +146,7 @@ def test_resolve_records_the_operator_and_the_note(store: Store) -> None:
 def test_a_late_completion_is_in_the_history_with_its_own_attempt(store: Store) -> None:
     """An attempt that finishes after its key moved on leaves a late_completion event."""
     store.claim("k", "act", "h", attempt_id="a", previous=None)
-    expire_leases(store.path)
+    expire_leases(store)
     released = store.resolve("k", happened=False)
     store.claim("k", "act", "h", attempt_id="b", previous=released)
     assert not store.finish("k", "a", state=State.SUCCEEDED, result=1)
@@ -236,12 +236,12 @@ def test_the_ledger_refuses_to_rewrite_history(store: Store, statement: str) -> 
 
     act("k")
     before = store.history("k")
-    connection = sqlite3.connect(store.path)
-    try:
-        with pytest.raises(sqlite3.IntegrityError, match="append-only"), connection:
-            connection.execute(statement)
-    finally:
-        connection.close()
+    with (
+        pytest.raises(StoreError, match="append-only"),
+        store._errors(),
+        store._transaction(sync=False) as db,
+    ):
+        db.execute(statement)
     assert store.history("k") == before
 
 
@@ -251,9 +251,11 @@ def test_an_unknown_key_has_no_history(store: Store) -> None:
     assert store.saga_history("never") == []
 
 
-def test_a_real_crash_and_the_next_process_are_both_in_the_history(tmp_path: Path) -> None:
+def test_a_real_crash_and_the_next_process_are_both_in_the_history(
+    any_ledger: str, tmp_path: Path
+) -> None:
     """Killed after the action: the dead process claimed, the next one marked it crashed."""
-    ledger, effects = tmp_path / "agent.db", tmp_path / "effects"
+    ledger, effects = any_ledger, tmp_path / "effects"
     killed = run_child(ledger, effects, KEY, "--kill-at", "after_call")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     assert report(run_child(ledger, effects, KEY))["kind"] == "InDoubt"
@@ -278,7 +280,7 @@ def test_a_successful_probe_closes_the_key_in_one_logged_step(store: Store) -> N
         raise AssertionError
 
     store.claim("k", "act", act._digest("k", (), {}), attempt_id="a", previous=None)
-    bury_owners(store.path)
+    bury_owners(store)
     assert act("k") == Succeeded("k", 7, replayed=True)
     last = store.history("k")[-1]
     assert (last.from_state, last.to_state, last.why, last.note) == (

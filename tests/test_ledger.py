@@ -20,7 +20,6 @@ from safeact import (
     SafeError,
     SafeTool,
     State,
-    Store,
     StoreError,
     Succeeded,
     _schema,
@@ -28,12 +27,20 @@ from safeact import (
     safe,
 )
 from safeact._schema import APPLICATION_ID, SCHEMA_VERSION
+from safeact._sqlite import SqliteStore
 from tests.actions import bury_owners
+
+
+@pytest.fixture
+def store(ledger: Path) -> Iterator[SqliteStore]:
+    """These tests are about the SQLite file itself: SQLite only."""
+    with SqliteStore(ledger) as opened:
+        yield opened
 
 
 def test_new_ledger_and_its_wal_are_owner_only(ledger: Path) -> None:
     """The ledger file and its WAL side files are created readable by the owner only."""
-    with get_store(ledger) as store:
+    with SqliteStore(ledger) as store:
 
         @safe(store)
         def act(key: str) -> int:
@@ -67,7 +74,7 @@ def test_file_that_is_not_sqlite_is_refused_untouched(ledger: Path) -> None:
 
 def test_corrupt_ledger_is_refused_untouched(ledger: Path) -> None:
     """A ledger whose pages were overwritten raises StoreError naming it; nothing is written."""
-    with get_store(ledger) as store:
+    with SqliteStore(ledger) as store:
 
         @safe(store)
         def act(key: str) -> int:
@@ -147,7 +154,7 @@ def test_closed_store_refuses_use(ledger: Path) -> None:
         store.get("k")
 
 
-def in_doubt_tool(store: Store, runs: list[str]) -> SafeTool[[], int]:
+def in_doubt_tool(store: SqliteStore, runs: list[str]) -> SafeTool[[], int]:
     @safe(store, name="act")
     def act(key: str) -> int:
         runs.append(key)
@@ -160,12 +167,14 @@ def in_doubt_tool(store: Store, runs: list[str]) -> SafeTool[[], int]:
     return act
 
 
-def test_list_in_doubt_shows_what_needs_a_decision_oldest_first(store: Store, ledger: Path) -> None:
+def test_list_in_doubt_shows_what_needs_a_decision_oldest_first(
+    store: SqliteStore, ledger: Path
+) -> None:
     """IN_DOUBT keys and dead owners' ATTEMPTING keys are listed; live and settled ones not."""
     runs: list[str] = []
     act = in_doubt_tool(store, runs)
     store.claim("j", "act", "h", attempt_id="a", previous=None)
-    bury_owners(ledger)
+    bury_owners(store)
     store.claim("live", "act", "h", attempt_id="b", previous=None)
 
     @safe(store, name="ok")
@@ -178,7 +187,7 @@ def test_list_in_doubt_shows_what_needs_a_decision_oldest_first(store: Store, le
     assert isinstance(act("k"), InDoubt)
 
 
-def test_resolve_happened_replays_the_given_result(store: Store) -> None:
+def test_resolve_happened_replays_the_given_result(store: SqliteStore) -> None:
     """resolve(happened=True, result=v) makes later calls replay v without running."""
     runs: list[str] = []
     act = in_doubt_tool(store, runs)
@@ -189,7 +198,7 @@ def test_resolve_happened_replays_the_given_result(store: Store) -> None:
     assert store.list_in_doubt() == []
 
 
-def test_resolve_not_happened_lets_the_next_call_run(store: Store) -> None:
+def test_resolve_not_happened_lets_the_next_call_run(store: SqliteStore) -> None:
     """resolve(happened=False) releases the key: the next call runs the action once."""
     runs: list[str] = []
     act = in_doubt_tool(store, runs)
@@ -199,15 +208,15 @@ def test_resolve_not_happened_lets_the_next_call_run(store: Store) -> None:
     assert runs == ["k", "k"]
 
 
-def test_resolve_attempting_key(store: Store) -> None:
+def test_resolve_attempting_key(store: SqliteStore) -> None:
     """A key left ATTEMPTING (its caller killed) can be resolved directly."""
     store.claim("k", "act", "h", attempt_id="a", previous=None)
-    bury_owners(store.path)
+    bury_owners(store)
     assert store.resolve("k", happened=True, result=[1]).result == [1]
 
 
 @pytest.mark.parametrize("happened", [True, False])
-def test_resolving_a_settled_or_unknown_key_is_refused(store: Store, happened: bool) -> None:
+def test_resolving_a_settled_or_unknown_key_is_refused(store: SqliteStore, happened: bool) -> None:
     """Only unsettled keys can be resolved; others raise SafeError and are unchanged."""
 
     @safe(store)
@@ -229,21 +238,21 @@ def test_resolving_a_settled_or_unknown_key_is_refused(store: Store, happened: b
     assert act("k") == Succeeded("k", 1, replayed=True)
 
 
-def test_resolve_refuses_result_with_not_happened(store: Store) -> None:
+def test_resolve_refuses_result_with_not_happened(store: SqliteStore) -> None:
     """A result with happened=False is a ValueError."""
     store.claim("k", "act", "h", attempt_id="a", previous=None)
     with pytest.raises(ValueError, match="only with happened=True"):
         store.resolve("k", happened=False, result=1)
 
 
-def test_resolve_refuses_infinity(store: Store) -> None:
+def test_resolve_refuses_infinity(store: SqliteStore) -> None:
     """Infinity is refused as a resolved result: the ledger holds standard JSON only."""
     store.claim("k", "act", "h", attempt_id="a", previous=None)
     with pytest.raises(ValueError, match="cannot store inf as a result"):
         store.resolve("k", happened=True, result=float("inf"))
 
 
-def test_resolve_refuses_a_result_that_is_not_json(store: Store) -> None:
+def test_resolve_refuses_a_result_that_is_not_json(store: SqliteStore) -> None:
     """A result that cannot be stored is a ValueError and the key stays unsettled."""
     store.claim("k", "act", "h", attempt_id="a", previous=None)
     with pytest.raises(ValueError, match="cannot store"):
@@ -256,7 +265,7 @@ def test_resolve_refuses_a_result_that_is_not_json(store: Store) -> None:
 def test_claim_is_synced_and_finish_is_not(ledger: Path) -> None:
     """The ATTEMPTING insert commits with synchronous=FULL; the SUCCEEDED update with NORMAL."""
     statements: list[str] = []
-    with get_store(ledger) as store:
+    with SqliteStore(ledger) as store:
         store._connection().set_trace_callback(statements.append)
 
         @safe(store)
@@ -275,7 +284,7 @@ def test_claim_is_synced_and_finish_is_not(ledger: Path) -> None:
 def test_fsync_attempts_false_never_syncs_a_claim(ledger: Path) -> None:
     """The documented relaxation commits ATTEMPTING with synchronous=NORMAL."""
     statements: list[str] = []
-    with get_store(ledger, fsync_attempts=False) as store:
+    with SqliteStore(ledger, fsync_attempts=False) as store:
         store._connection().set_trace_callback(statements.append)
         store.claim("k", "act", "h", attempt_id="a", previous=None)
     assert "PRAGMA synchronous = FULL" not in statements
@@ -298,13 +307,13 @@ def test_version_is_the_project_version() -> None:
         _ = safeact.no_such_name  # type: ignore[attr-defined] # the misuse under test
 
 
-def test_stale_resolve_does_not_touch_a_newer_attempt(store: Store) -> None:
+def test_stale_resolve_does_not_touch_a_newer_attempt(store: SqliteStore) -> None:
     """resolve(attempt_id=old) fails once the key was released and claimed again."""
     store.claim("k", "act", "h", attempt_id="first", previous=None)
-    bury_owners(store.path)
+    bury_owners(store)
     released = store.resolve("k", happened=False, attempt_id="first")
     store.claim("k", "act", "h", attempt_id="second", previous=released)
-    bury_owners(store.path)
+    bury_owners(store)
     with pytest.raises(SafeError, match=r"attempt first is over.*now at attempt second"):
         store.resolve("k", happened=False, attempt_id="first")
     record = store.get("k")
@@ -313,38 +322,38 @@ def test_stale_resolve_does_not_touch_a_newer_attempt(store: Store) -> None:
     assert store.resolve("k", happened=True, result=1, attempt_id="second").result == 1
 
 
-def test_resolve_happened_needs_a_result(store: Store) -> None:
+def test_resolve_happened_needs_a_result(store: SqliteStore) -> None:
     """happened=True without result= is a ValueError: a replay needs a value."""
     store.claim("k", "act", "h", attempt_id="a", previous=None)
-    bury_owners(store.path)
+    bury_owners(store)
     with pytest.raises(ValueError, match="needs result="):
         store.resolve("k", happened=True)
     assert store.resolve("k", happened=True, result=None).state is State.SUCCEEDED
 
 
-def test_stale_claim_of_a_released_key_loses(store: Store) -> None:
+def test_stale_claim_of_a_released_key_loses(store: SqliteStore) -> None:
     """Only one caller takes a RELEASED row over; a claim based on an older row gets None."""
     store.claim("k", "act", "h", attempt_id="a", previous=None)
-    bury_owners(store.path)
+    bury_owners(store)
     released = store.resolve("k", happened=False)
     assert store.claim("k", "act", "h", attempt_id="b", previous=released) is not None
-    bury_owners(store.path)
+    bury_owners(store)
     assert store.claim("k", "act", "h", attempt_id="c", previous=released) is None
     released_again = store.resolve("k", happened=False)
     assert store.claim("k", "act", "h", attempt_id="d", previous=released) is None
     assert store.claim("k", "act", "h", attempt_id="e", previous=released_again) is not None
 
 
-def test_claim_of_a_finished_key_loses(store: Store) -> None:
+def test_claim_of_a_finished_key_loses(store: SqliteStore) -> None:
     """A RELEASED row that its owner finished meanwhile cannot be claimed from the old view."""
     store.claim("k", "act", "h", attempt_id="a", previous=None)
-    bury_owners(store.path)
+    bury_owners(store)
     released = store.resolve("k", happened=False)
     store.finish("k", "a", state=State.SUCCEEDED, result=1)
     assert store.claim("k", "act", "h", attempt_id="b", previous=released) is None
 
 
-def test_in_doubt_mark_never_overwrites_a_finished_attempt(store: Store) -> None:
+def test_in_doubt_mark_never_overwrites_a_finished_attempt(store: SqliteStore) -> None:
     """A caller that saw ATTEMPTING but marks after the owner finished changes nothing."""
     store.claim("k", "act", "h", attempt_id="a", previous=None)
     store.finish("k", "a", state=State.SUCCEEDED, result=1)
@@ -357,9 +366,9 @@ def test_in_doubt_mark_never_overwrites_a_finished_attempt(store: Store) -> None
 def test_claim_of_a_released_key_is_synced(ledger: Path) -> None:
     """Taking over a RELEASED row is an ATTEMPTING commit too: synchronous=FULL."""
     statements: list[str] = []
-    with get_store(ledger) as store:
+    with SqliteStore(ledger) as store:
         store.claim("k", "act", "h", attempt_id="a", previous=None)
-        bury_owners(store.path)
+        bury_owners(store)
         released = store.resolve("k", happened=False)
         store._connection().set_trace_callback(statements.append)
         assert store.claim("k", "act", "h", attempt_id="b", previous=released) is not None
@@ -416,7 +425,7 @@ def test_nul_in_the_path_is_a_store_error(tmp_path: Path) -> None:
         get_store(f"{tmp_path}/a\0b.db")
 
 
-def test_connections_of_finished_threads_are_closed(store: Store) -> None:
+def test_connections_of_finished_threads_are_closed(store: SqliteStore) -> None:
     """A thread's connection closes when the thread ends: 50 threads do not hold 50 files."""
 
     def open_files() -> int:
@@ -476,20 +485,20 @@ def test_lease_and_heartbeat_must_make_sense(
         get_store(ledger, lease=lease, heartbeat=heartbeat)
 
 
-def test_store_and_tool_say_what_they_are(store: Store) -> None:
+def test_store_and_tool_say_what_they_are(store: SqliteStore) -> None:
     """Repr names the ledger file and the tool."""
 
     @safe(store, name="refunds.send")
     def send(key: str) -> None:
         pass
 
-    assert repr(store) == f"Store({str(store.path)!r})"
+    assert repr(store) == f"SqliteStore({str(store.path)!r})"
     assert repr(send) == f"<SafeTool refunds.send on {store!r}>"
     with pytest.raises(ValueError, match="wait must be 0 or more"):
         safe(store, wait=-1)
 
 
-def test_resolve_refuses_a_key_whose_owner_is_running(store: Store) -> None:
+def test_resolve_refuses_a_key_whose_owner_is_running(store: SqliteStore) -> None:
     """A live owner's ATTEMPTING key is not in doubt: resolve refuses it and changes nothing."""
     store.claim("k", "act", "h", attempt_id="a", previous=None)
     with pytest.raises(SafeError, match=r"running right now \(process \d+ on "):

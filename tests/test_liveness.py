@@ -1,4 +1,8 @@
-"""Live or dead: real owners killed, frozen past their lease, or slow; callers wait or doubt."""
+"""Live or dead: real owners killed, frozen past their lease, or slow; callers wait or doubt.
+
+Every test runs on both backends (``any_ledger``), except those about an owner on another
+host, whose death only PostgreSQL can see (its session, and the lock it held, end).
+"""
 
 import os
 import signal
@@ -13,10 +17,10 @@ KEY = "refund-8842"
 RECEIPT = {"to": "a@example.com", "amount": 50}
 
 
-def start_owner(tmp_path: Path, *options: str) -> subprocess.Popen[str]:
+def start_owner(ledger: str, effects: Path, *options: str) -> subprocess.Popen[str]:
     """Start a child that claims KEY, acts, prints "acting" and holds until told to go on."""
     owner = subprocess.Popen(
-        child_command(tmp_path / "agent.db", tmp_path / "effects", KEY, "--hold", *options),
+        child_command(ledger, effects, KEY, "--hold", *options),
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
@@ -27,29 +31,69 @@ def start_owner(tmp_path: Path, *options: str) -> subprocess.Popen[str]:
     return owner
 
 
-def test_killed_owner_is_in_doubt_at_once_as_crashed(tmp_path: Path) -> None:
+def test_killed_owner_is_in_doubt_at_once_as_crashed(any_ledger: str, tmp_path: Path) -> None:
     """An owner SIGKILLed mid-action: the next caller learns InDoubt (crashed) without waiting."""
-    owner = start_owner(tmp_path)
+    effects = tmp_path / "effects"
+    owner = start_owner(any_ledger, effects)
     owner.kill()
     owner.communicate()
     # A live owner would have kept this caller waiting 60 s and given "in_flight".
-    outcome = report(run_child(tmp_path / "agent.db", tmp_path / "effects", KEY, "--wait", "60"))
+    outcome = report(run_child(any_ledger, effects, KEY, "--wait", "60"))
     assert (outcome["kind"], outcome["reason"]) == ("InDoubt", DoubtReason.CRASHED.value)
-    with get_store(tmp_path / "agent.db") as store:
+    with get_store(any_ledger) as store:
         record = store.get(KEY)
         assert record is not None
         assert (record.state, record.doubt_reason) == (State.IN_DOUBT, DoubtReason.CRASHED)
-    assert count_effects(tmp_path / "effects", KEY) == 1
+    assert count_effects(effects, KEY) == 1
+
+
+def test_killed_owner_on_another_host_is_in_doubt_at_once_on_postgres(
+    postgres_ledger: str, tmp_path: Path
+) -> None:
+    """An owner of another host SIGKILLed: its session lock is gone, so a caller doubts at once.
+
+    PostgreSQL only: no process of this host can look the owner up, only its advisory lock
+    tells; on SQLite such an owner's lease decides.
+    """
+    effects = tmp_path / "effects"
+    owner = start_owner(postgres_ledger, effects, "--host", "elsewhere")
+    owner.kill()
+    owner.communicate()
+    # A live owner would have kept this caller waiting 60 s and given "in_flight".
+    outcome = report(run_child(postgres_ledger, effects, KEY, "--wait", "60"))
+    assert (outcome["kind"], outcome["reason"]) == ("InDoubt", DoubtReason.CRASHED.value)
+    assert count_effects(effects, KEY) == 1
+
+
+def test_live_owner_on_another_host_is_waited_for_on_postgres(
+    postgres_ledger: str, tmp_path: Path
+) -> None:
+    """An owner of another host that lives holds its session lock: a caller sees it in flight.
+
+    PostgreSQL only: the counterpart of the test above, so that a lock that always looks free
+    cannot pass for liveness.
+    """
+    effects = tmp_path / "effects"
+    owner = start_owner(postgres_ledger, effects, "--host", "elsewhere")
+    try:
+        outcome = report(run_child(postgres_ledger, effects, KEY, "--wait", "0"))
+        assert (outcome["kind"], outcome["reason"]) == ("InDoubt", "in_flight")
+    finally:
+        stdout, stderr = owner.communicate("go\n", timeout=60)
+    owner_report = report(subprocess.CompletedProcess(owner.args, owner.returncode, stdout, stderr))
+    assert owner_report == {"kind": "Succeeded", "replayed": False, "value": RECEIPT}
+    assert count_effects(effects, KEY) == 1
 
 
 def test_frozen_owner_past_its_lease_is_in_doubt_and_its_late_success_still_lands(
-    tmp_path: Path,
+    any_ledger: str, tmp_path: Path
 ) -> None:
     """A frozen owner's lease runs out (InDoubt, lease expired); thawed, its success lands."""
-    owner = start_owner(tmp_path, "--lease", "1", "--heartbeat", "0.2")
+    effects = tmp_path / "effects"
+    owner = start_owner(any_ledger, effects, "--lease", "1", "--heartbeat", "0.2")
     try:
         os.kill(owner.pid, signal.SIGSTOP)
-        waiter = run_child(tmp_path / "agent.db", tmp_path / "effects", KEY, "--wait", "60")
+        waiter = run_child(any_ledger, effects, KEY, "--wait", "60")
         outcome = report(waiter)
         assert (outcome["kind"], outcome["reason"]) == ("InDoubt", "lease_expired")
     finally:
@@ -57,14 +101,14 @@ def test_frozen_owner_past_its_lease_is_in_doubt_and_its_late_success_still_land
     stdout, stderr = owner.communicate("go\n", timeout=60)
     owner_report = report(subprocess.CompletedProcess(owner.args, owner.returncode, stdout, stderr))
     assert owner_report == {"kind": "Succeeded", "replayed": False, "value": RECEIPT}
-    again = report(run_child(tmp_path / "agent.db", tmp_path / "effects", KEY))
+    again = report(run_child(any_ledger, effects, KEY))
     assert again == {"kind": "Succeeded", "replayed": True, "value": RECEIPT}
-    assert count_effects(tmp_path / "effects", KEY) == 1
+    assert count_effects(effects, KEY) == 1
 
 
-def test_slow_live_owner_is_waited_for_past_its_lease(tmp_path: Path) -> None:
+def test_slow_live_owner_is_waited_for_past_its_lease(any_ledger: str, tmp_path: Path) -> None:
     """An owner slower than three leases keeps its lease by heartbeat; a caller waits, replays."""
-    ledger, effects = tmp_path / "agent.db", tmp_path / "effects"
+    ledger, effects = any_ledger, tmp_path / "effects"
     owner = subprocess.Popen(
         child_command(
             ledger, effects, KEY, "--lease", "0.5", "--heartbeat", "0.1", "--slow", "1.5"
@@ -89,17 +133,18 @@ def test_slow_live_owner_is_waited_for_past_its_lease(tmp_path: Path) -> None:
     assert count_effects(effects, KEY) == 1
 
 
-def test_waiting_caller_gets_in_flight_and_marks_nothing(tmp_path: Path) -> None:
+def test_waiting_caller_gets_in_flight_and_marks_nothing(any_ledger: str, tmp_path: Path) -> None:
     """A caller whose wait runs out while the owner lives gets InDoubt (in flight), unmarked."""
-    owner = start_owner(tmp_path)
+    effects = tmp_path / "effects"
+    owner = start_owner(any_ledger, effects)
     try:
-        outcome = report(run_child(tmp_path / "agent.db", tmp_path / "effects", KEY, "--wait", "0"))
+        outcome = report(run_child(any_ledger, effects, KEY, "--wait", "0"))
         assert (outcome["kind"], outcome["reason"]) == ("InDoubt", "in_flight")
-        with get_store(tmp_path / "agent.db") as store:
+        with get_store(any_ledger) as store:
             record = store.get(KEY)
             assert record is not None
             assert record.state is State.ATTEMPTING
             assert store.list_in_doubt() == []
     finally:
         owner.communicate("go\n", timeout=60)
-    assert count_effects(tmp_path / "effects", KEY) == 1
+    assert count_effects(effects, KEY) == 1

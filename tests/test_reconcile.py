@@ -35,7 +35,7 @@ def left_in_doubt(store: Store, tool: _Guard[object], key: str, *args: object) -
     """Leave ``key`` as a crashed process leaves it: ATTEMPTING under an owner that is gone."""
     digest = tool._digest(key, args, {})
     store.claim(key, tool.name, digest, attempt_id="crashed", previous=None)
-    bury_owners(store.path)
+    bury_owners(store)
 
 
 def whys(store: Store, key: str) -> list[Why]:
@@ -266,9 +266,11 @@ def test_store_reconcile_asks_each_tools_probe(store: Store) -> None:
 
 
 @pytest.mark.parametrize("point", ["probed", "settling"])
-def test_a_crash_while_reconciling_loses_nothing(tmp_path: Path, point: str) -> None:
+def test_a_crash_while_reconciling_loses_nothing(
+    any_ledger: str, tmp_path: Path, point: str
+) -> None:
     """Killed after the probe answered, or inside the write that closes the key: still in doubt."""
-    ledger, effects = tmp_path / "agent.db", tmp_path / "effects"
+    ledger, effects = any_ledger, tmp_path / "effects"
     assert run_child(ledger, effects, KEY, "--kill-at", "after_call").returncode == -signal.SIGKILL
     killed = run_child(ledger, effects, KEY, "--probe", "not_happened", "--kill-at", point)
     assert killed.returncode == -signal.SIGKILL, killed.stderr
@@ -286,9 +288,11 @@ def test_a_crash_while_reconciling_loses_nothing(tmp_path: Path, point: str) -> 
 
 
 @pytest.mark.parametrize("decision", ["happened", "not_happened"])
-def test_a_crash_inside_a_resolve_loses_nothing(tmp_path: Path, decision: str) -> None:
+def test_a_crash_inside_a_resolve_loses_nothing(
+    any_ledger: str, tmp_path: Path, decision: str
+) -> None:
     """Killed inside a resolve's write: the key is still in doubt; the resolve can be done again."""
-    ledger, effects = tmp_path / "agent.db", tmp_path / "effects"
+    ledger, effects = any_ledger, tmp_path / "effects"
     assert run_child(ledger, effects, KEY, "--kill-at", "after_call").returncode == -signal.SIGKILL
     killed = run_child(ledger, effects, KEY, "--resolve", decision, "--kill-at", "settling")
     assert killed.returncode == -signal.SIGKILL, killed.stderr

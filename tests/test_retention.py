@@ -1,6 +1,5 @@
 """Retention: purge forgets old settled keys and finished sagas, never what is in doubt."""
 
-import sqlite3
 from datetime import timedelta
 
 import pytest
@@ -17,7 +16,7 @@ from safeact import (
     Why,
     safe,
 )
-from safeact._ledger import utc_now
+from safeact._store import utc_now
 from safeact._tool import SafeTool
 from tests.actions import bury_owners
 
@@ -27,12 +26,8 @@ LATER = timedelta(seconds=1)
 def age(store: Store, key: str, days: int) -> None:
     """Make ``key`` look as if it finished ``days`` ago."""
     when = (utc_now() - timedelta(days=days)).isoformat(timespec="microseconds")
-    connection = sqlite3.connect(store.path)
-    try:
-        with connection:
-            connection.execute("UPDATE calls SET finished_at = ? WHERE key = ?", (when, key))
-    finally:
-        connection.close()
+    with store._transaction(sync=False) as db:
+        db.execute("UPDATE calls SET finished_at = ? WHERE key = ?", (when, key))
 
 
 def tools(store: Store, runs: list[str]) -> tuple[SafeTool[[], int], SafeTool[[], int]]:
@@ -86,7 +81,7 @@ def test_only_the_states_asked_for_are_purged(store: Store) -> None:
 def test_released_keys_can_be_purged(store: Store) -> None:
     """A released key (resolved as not having happened) is purged when asked for."""
     store.claim("k", "act", "h", attempt_id="a", previous=None)
-    bury_owners(store.path)
+    bury_owners(store)
     store.resolve("k", happened=False)
     assert store.purge(utc_now() + LATER, states=[State.RELEASED]).keys == ("k",)
 
@@ -118,7 +113,7 @@ def test_a_purged_key_keeps_its_history_and_is_forgotten(store: Store) -> None:
 def test_a_late_completion_goes_with_its_key(store: Store) -> None:
     """Purging a key removes its late completions too."""
     store.claim("k", "act", "h", attempt_id="a", previous=None)
-    bury_owners(store.path)
+    bury_owners(store)
     released = store.resolve("k", happened=False)
     store.claim("k", "act", "h", attempt_id="b", previous=released)
     store.finish("k", "a", state=State.SUCCEEDED, result=1)
@@ -126,11 +121,7 @@ def test_a_late_completion_goes_with_its_key(store: Store) -> None:
     assert len(store.late_completions("k")) == 1
     store.purge(utc_now() + LATER)
     assert store.late_completions() == []
-    connection = sqlite3.connect(store.path)
-    try:
-        assert connection.execute("SELECT count(*) FROM late_completions").fetchone() == (0,)
-    finally:
-        connection.close()
+    assert store._read("SELECT count(*) FROM late_completions", ()) == [(0,)]
 
 
 def saga_steps(store: Store) -> tuple[SafeTool[[int], int], SafeTool[[int], None]]:

@@ -1,4 +1,11 @@
-"""The SQLite ledger: schema and version, durability, and every read and write of a key's row."""
+"""The ledger's logic, once for every database: keys, history, sagas, liveness, retention.
+
+``Store`` holds everything that decides what is written; a backend (``SqliteStore``,
+``PostgresStore``) supplies connections, transactions and its schema. Every statement here
+is written once, in the SQL both databases speak, with ``?`` placeholders; a write first
+locks the row it decides on (``FOR UPDATE`` where the database needs it), so the decision
+and the change are made on the same version of the row.
+"""
 
 from __future__ import annotations
 
@@ -7,12 +14,10 @@ import contextlib
 import json
 import logging
 import os
-import sqlite3
 import threading
 import weakref
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
-from typing import TYPE_CHECKING, Self, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, TypeAlias
 
 import attrs
 
@@ -32,7 +37,7 @@ from safeact._protocol import (
     checkpoint,
 )
 from safeact._reconcile import Probe, reconcile_key
-from safeact._schema import BUSY_TIMEOUT, SCHEMA_VERSION, UNSETTLED_SQL, check_usable, prepare
+from safeact._schema import SCHEMA_VERSION, UNSETTLED_SQL
 from safeact.exceptions import SafeError, StoreError
 
 if TYPE_CHECKING:
@@ -41,9 +46,27 @@ if TYPE_CHECKING:
 
     from safeact._protocol import JSON
 
-__all__ = ["Purged", "Store", "get_store", "utc_now"]
+__all__ = ["Cursor", "Executor", "Purged", "Store", "get_store", "utc_now"]
 
 logger = logging.getLogger("safeact")
+
+
+class Cursor(Protocol):
+    """What a backend's ``execute`` returns (sqlite3's and psycopg's cursors both are)."""
+
+    @property
+    def rowcount(self) -> int: ...
+
+    def fetchone(self) -> Any: ...
+
+    def fetchall(self) -> list[Any]: ...
+
+
+class Executor(Protocol):
+    """What a backend's transaction gives the logic: a way to run one statement."""
+
+    def execute(self, sql: str, parameters: tuple[object, ...] = ..., /) -> Cursor: ...
+
 
 _COLUMNS = (
     "key, tool, state, args_hash, attempt_id, attempted_at, owner_host, owner_boot, owner_pid, "
@@ -60,8 +83,6 @@ _LOG = (
     "by_host, by_pid, why, note)"
 )
 _PLACES = ", ".join("?" * 11)
-_LOG_FROM_ROW = f"{_LOG} SELECT 'key', key, attempt_id, state, ?, ?, ?, ?, ?, ?, ?"
-"""Log a change of a key's row, its from-state read from the row in the same statement."""
 
 
 @attrs.frozen
@@ -82,64 +103,64 @@ def _time(value: datetime | None) -> str | None:
 
 
 def get_store(
-    path: str | os.PathLike[str],
+    location: str | os.PathLike[str],
     *,
     fsync_attempts: bool = True,
     lease: float = LEASE,
     heartbeat: float | None = None,
     host: str | None = None,
 ) -> Store:
-    """Open the ledger at ``path``, creating it (readable by its owner only) if it is missing.
+    """Open the ledger at ``location``: a PostgreSQL URL, or else a SQLite file path.
 
-    See ``Store`` for the settings.
+    ``postgresql://`` (or ``postgres://``) URLs open a ``PostgresStore`` (the
+    ``safeact[postgres]`` extra); anything else is a path, and a missing file is created
+    (readable by its owner only). See ``Store`` for the settings; ``fsync_attempts``
+    applies to SQLite only.
 
     Raises:
-        StoreError: the file cannot be created or opened, is not a SQLite database, is
-            corrupt, is some other program's database, or was written by a newer safeact.
-            The file is left as it was.
+        StoreError: the ledger cannot be opened or used; it is left as it was.
 
     """
-    return Store(path, fsync_attempts=fsync_attempts, lease=lease, heartbeat=heartbeat, host=host)
+    if isinstance(location, str) and location.startswith(("postgresql://", "postgres://")):
+        from safeact._postgres import PostgresStore  # noqa: PLC0415 - an optional extra
+
+        return PostgresStore(location, lease=lease, heartbeat=heartbeat, host=host)
+    from safeact._sqlite import SqliteStore  # noqa: PLC0415 - it builds on this module
+
+    return SqliteStore(
+        location, fsync_attempts=fsync_attempts, lease=lease, heartbeat=heartbeat, host=host
+    )
 
 
 class Store:
-    """A ledger of keys in one SQLite file, shared safely by threads and processes.
+    """A ledger of keys, shared safely by threads, processes and (on PostgreSQL) hosts.
 
-    Each thread gets its own connection; the database, not a lock in this process, decides
-    which caller wins a key. Use as a context manager, or call ``close``.
-
-    ``fsync_attempts=False`` stops syncing the ATTEMPTING record to disk before the action
-    runs: it then survives a process crash but not an OS crash or power loss, after which
-    the action can run a second time.
+    The database, never a lock in this process, decides which caller wins a key. Use as a
+    context manager, or call ``close``. Open one with ``get_store``.
 
     ``lease`` is how many seconds an attempt's claim stays alive without news from its
     owner; a heartbeat renews it every ``heartbeat`` seconds (a third of the lease by
     default) while the action runs. ``host`` names this machine in owner records (the
-    hostname by default); processes on one machine must agree on it.
+    hostname by default); processes on one machine must agree on it, machines must not.
 
     Raises:
         ValueError: the lease is not positive, or the heartbeat not shorter than the lease.
 
     """
 
+    _FOR_UPDATE: ClassVar[str] = ""
+    """What a SELECT needs to lock the rows it reads until the transaction ends."""
+
     def __init__(
-        self,
-        path: str | os.PathLike[str],
-        *,
-        fsync_attempts: bool = True,
-        lease: float = LEASE,
-        heartbeat: float | None = None,
-        host: str | None = None,
+        self, *, lease: float = LEASE, heartbeat: float | None = None, host: str | None = None
     ) -> None:
-        """Open (or create) the ledger; see ``get_store``."""
+        """Check the settings; the backend opens its database."""
         heartbeat = lease / 3 if heartbeat is None else heartbeat
         if not 0 < heartbeat < lease:
             raise ValueError(
                 f"need 0 < heartbeat < lease, got heartbeat={heartbeat} and lease={lease}: "
                 "the heartbeat must renew the lease before it runs out"
             )
-        self._path = Path(path)
-        self._fsync_attempts = fsync_attempts
         self.lease = lease
         self.heartbeat = heartbeat
         self._host = host
@@ -147,21 +168,16 @@ class Store:
         self._held: dict[tuple[str, str], None] = {}
         self._beat: threading.Thread | None = None
         self._stop = threading.Event()
-        self._local = threading.local()
-        self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
         self._lock = threading.Lock()
         self._closed = False
-        self._create_file()
-        self._probe()
-        self._connection()
 
     @property
-    def path(self) -> Path:
-        """The ledger file."""
-        return self._path
+    def location(self) -> str:
+        """Where the ledger is: a file path, or a PostgreSQL URL without its password."""
+        raise NotImplementedError
 
     def __repr__(self) -> str:
-        return f"Store({str(self._path)!r})"
+        return f"{type(self).__name__}({self.location!r})"
 
     def __enter__(self) -> Self:
         return self
@@ -184,30 +200,16 @@ class Store:
         return is_gone(owner, self.owner)
 
     def close(self) -> None:
-        """Close the store; later use raises ``StoreError``.
-
-        Connections of this thread and of threads that have ended are closed now; a
-        connection of another running thread is closed when that thread ends, since closing
-        it under a statement it is running would crash the process.
-        """
+        """Close the store; later use raises ``StoreError``."""
         self._stop_heartbeat(wait=self.heartbeat + 1.0)
         with self._lock:
             self._closed = True
-            connections = list(self._connections)
-            self._connections.clear()
-        for connection in connections:
-            if connection.thread is threading.current_thread() or not connection.thread.is_alive():
-                connection.close()
+        self._close_connections()
 
     def get(self, key: str) -> Record | None:
         """Return the record of ``key``, or ``None`` if it was never claimed."""
-        with self._errors():
-            row = (
-                self._connection()
-                .execute(f"SELECT {_COLUMNS} FROM calls WHERE key = ?", (key,))  # noqa: S608 - constant columns
-                .fetchone()
-            )
-        return None if row is None else _record(row)
+        rows = self._read(f"SELECT {_COLUMNS} FROM calls WHERE key = ?", (key,))  # noqa: S608 - constant columns
+        return _record(rows[0]) if rows else None
 
     def list_in_doubt(self) -> list[Record]:
         """Return every key that needs a decision, oldest first.
@@ -243,26 +245,16 @@ class Store:
         if unsettled:
             where.append(f"state IN ({UNSETTLED_SQL})")
         params = (None if state is None else state.value, tool, _time(since))
-        with self._errors():
-            rows = (
-                self._connection()
-                .execute(
-                    f"SELECT {_COLUMNS} FROM calls WHERE {' AND '.join(where)} "  # noqa: S608 - constants
-                    "ORDER BY attempted_at, key",
-                    params,
-                )
-                .fetchall()
-            )
+        rows = self._read(
+            f"SELECT {_COLUMNS} FROM calls WHERE {' AND '.join(where)} "  # noqa: S608 - constants
+            "ORDER BY attempted_at, key",
+            params,
+        )
         return [_record(row) for row in rows]
 
     def counts(self) -> dict[tuple[str, State], int]:
         """Return how many keys each tool has in each state."""
-        with self._errors():
-            rows = (
-                self._connection()
-                .execute("SELECT tool, state, count(*) FROM calls GROUP BY tool, state")
-                .fetchall()
-            )
+        rows = self._read("SELECT tool, state, count(*) FROM calls GROUP BY tool, state", ())
         return {(tool, State(state)): count for tool, state, count in rows}
 
     def history(self, key: str) -> list[Event]:
@@ -351,22 +343,27 @@ class Store:
         appended to its history, or ``None`` if the key had moved on (nothing changed). The
         change and its event are one synced transaction.
         """
-        event = self._new_event(record.key, to, why, note=note, operator=operator)
         with self._errors(), self._transaction(sync=True) as db:
-            logged = db.execute(
-                f"{_LOG_FROM_ROW} FROM calls WHERE key = ? AND attempt_id = ? "
-                f"AND state IN ({UNSETTLED_SQL})",
-                (*_event_params(event), record.key, record.attempt_id),
-            )
-            if not logged.rowcount:
+            now = self._locked_row(db, record.key)
+            if now is None or now[1] != record.attempt_id or State(now[0]) not in UNSETTLED:
                 return None
+            event = self._new_event(
+                record.key,
+                to,
+                why,
+                note=note,
+                operator=operator,
+                from_state=State(now[0]),
+                attempt_id=record.attempt_id,
+            )
             db.execute(
                 "UPDATE calls SET state = ?, result = ?, finished_at = ?, doubt_reason = NULL, "
                 "error_type = NULL, error_message = NULL WHERE key = ? AND attempt_id = ?",
                 (to.value, result, _time(event.at), record.key, record.attempt_id),
             )
+            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", event))
             checkpoint("settling")
-        return attrs.evolve(event, from_state=record.state, attempt_id=record.attempt_id)
+        return event
 
     def note(self, record: Record, why: Why, note: str) -> Event | None:
         """Append an event that changes nothing (a probe's answer) to an in-doubt key's history.
@@ -382,12 +379,12 @@ class Store:
             attempt_id=record.attempt_id,
         )
         with self._errors(), self._transaction(sync=False) as db:
-            logged = db.execute(
-                f"{_LOG} SELECT 'key', key, attempt_id, state, state, ?, ?, ?, ?, ?, ? "  # noqa: S608 - constants
-                f"FROM calls WHERE key = ? AND attempt_id = ? AND state IN ({UNSETTLED_SQL})",
-                (*_event_params(event)[1:], record.key, record.attempt_id),
-            )
-        return event if logged.rowcount else None
+            now = self._locked_row(db, record.key)
+            if now is None or now[1] != record.attempt_id or State(now[0]) not in UNSETTLED:
+                return None
+            event = attrs.evolve(event, from_state=State(now[0]), to_state=State(now[0]))
+            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", event))
+        return event
 
     def reconcile(self, probes: Mapping[str, Probe[object]]) -> list[Event]:
         """Ask each in-doubt key's probe (``probes`` maps tool names to probes) what happened.
@@ -402,8 +399,10 @@ class Store:
             reason = abandonment(found, now=utc_now(), owner_gone=self.owner_gone)
             if probe is None or reason is None:
                 continue
-            if found.state is State.ATTEMPTING:
-                self.mark_in_doubt(found.key, found.attempt_id, reason)
+            if found.state is State.ATTEMPTING and not self.mark_in_doubt(
+                found.key, found.attempt_id, reason
+            ):
+                continue  # its owner finished meanwhile
             record = attrs.evolve(found, state=State.IN_DOUBT, doubt_reason=reason)
             event = reconcile_key(
                 self, record, in_doubt_from(record, reason), probe, encode_untyped
@@ -445,7 +444,7 @@ class Store:
                     "SELECT saga_id, state FROM sagas WHERE state IN (?, ?) AND updated_at < ? "
                     "ORDER BY saga_id",
                     (*finals, cutoff),
-                )
+                ).fetchall()
             ]
             marks = ", ".join("?" * len(wanted)) or "NULL"
             keys = [
@@ -453,12 +452,14 @@ class Store:
                 for key, attempt_id, state in db.execute(
                     "WITH kept AS (SELECT saga_id FROM sagas WHERE NOT "  # noqa: S608 - placeholders
                     "(state IN (?, ?) AND updated_at < ?)), "
-                    "in_kept AS (SELECT key FROM saga_steps WHERE saga_id IN kept "
-                    "UNION SELECT key || ':compensate' FROM saga_steps WHERE saga_id IN kept) "
+                    "in_kept AS (SELECT key FROM saga_steps WHERE saga_id IN "
+                    "(SELECT saga_id FROM kept) UNION SELECT key || ':compensate' "
+                    "FROM saga_steps WHERE saga_id IN (SELECT saga_id FROM kept)) "
                     "SELECT key, attempt_id, state FROM calls WHERE state IN "
-                    f"({marks}) AND finished_at < ? AND key NOT IN in_kept ORDER BY key",
+                    f"({marks}) AND finished_at < ? "
+                    "AND key NOT IN (SELECT key FROM in_kept) ORDER BY key",
                     (*finals, cutoff, *(s.value for s in wanted), cutoff),
-                )
+                ).fetchall()
             ]
             if not dry_run:
                 self._remove(db, keys, sagas)
@@ -466,7 +467,7 @@ class Store:
 
     def _remove(
         self,
-        db: sqlite3.Connection,
+        db: Executor,
         keys: list[tuple[str, str, State]],
         sagas: list[tuple[str, SagaState]],
     ) -> None:
@@ -475,7 +476,10 @@ class Store:
                 key, None, Why.PURGED, operator=True, from_state=state, attempt_id=attempt_id
             )
             db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", event))
-            db.execute("DELETE FROM calls WHERE key = ?", (key,))
+            db.execute(
+                "DELETE FROM calls WHERE key = ? AND attempt_id = ? AND state = ?",
+                (key, attempt_id, state.value),
+            )
             db.execute("DELETE FROM late_completions WHERE key = ?", (key,))
         for saga_id, saga_state in sagas:
             event = self._new_event(saga_id, None, Why.PURGED, operator=True, from_state=saga_state)
@@ -518,14 +522,13 @@ class Store:
         )
         with self._errors(), self._transaction(sync=True) as db:
             if previous is None:
-                try:
-                    db.execute(
-                        "INSERT INTO calls (key, tool, args_hash, state, attempt_id, "
-                        "attempted_at, owner_host, owner_boot, owner_pid, owner_started, "
-                        "lease_until, schema_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                        (key, tool, args_hash, *attempt, SCHEMA_VERSION),
-                    )
-                except sqlite3.IntegrityError:
+                if not db.execute(
+                    "INSERT INTO calls (key, tool, args_hash, state, attempt_id, "
+                    "attempted_at, owner_host, owner_boot, owner_pid, owner_started, "
+                    "lease_until, schema_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "ON CONFLICT (key) DO NOTHING",
+                    (key, tool, args_hash, *attempt, SCHEMA_VERSION),
+                ).rowcount:
                     return None
             elif not db.execute(
                 "UPDATE calls SET state = ?, attempt_id = ?, attempted_at = ?, owner_host = ?, "
@@ -582,12 +585,7 @@ class Store:
         try:
             self._beat_until(stop)
         finally:
-            # Close this thread's connection here and now, not whenever (and in whatever
-            # state) the interpreter gets round to the thread's storage.
-            held: _Connection | None = getattr(self._local, "held", None)
-            if held is not None:
-                del self._local.held
-                held.close()
+            self._end_thread()
 
     def _beat_until(self, stop: threading.Event) -> None:
         while not stop.wait(self.heartbeat):
@@ -605,8 +603,8 @@ class Store:
 
     def renew(self, key: str, attempt_id: str, lease_until: str | None) -> None:
         """Move the lease of an ATTEMPTING attempt to ``lease_until``."""
-        with self._errors():
-            self._write(
+        with self._errors(), self._transaction(sync=False) as db:
+            db.execute(
                 "UPDATE calls SET lease_until = ? WHERE key = ? AND attempt_id = ? AND state = ?",
                 (lease_until, key, attempt_id, State.ATTEMPTING.value),
             )
@@ -634,20 +632,23 @@ class Store:
         outcome = (state.value, stored, error_type, error_message, finished)
         reason = None if doubt_reason is None else doubt_reason.value
         with self._errors(), self._transaction(sync=False) as db:
-            db.execute(
-                f"{_LOG_FROM_ROW} FROM calls WHERE key = ? AND attempt_id = ?",
-                (*_event_params(event), key, attempt_id),
-            )
-            if db.execute(
-                "UPDATE calls SET state = ?, result = ?, error_type = ?, error_message = ?, "
-                "finished_at = ?, doubt_reason = ? WHERE key = ? AND attempt_id = ?",
-                (*outcome, reason, key, attempt_id),
-            ).rowcount:
+            now = self._locked_row(db, key)
+            if now is not None and now[1] == attempt_id:
+                db.execute(
+                    "UPDATE calls SET state = ?, result = ?, error_type = ?, error_message = ?, "
+                    "finished_at = ?, doubt_reason = ? WHERE key = ? AND attempt_id = ?",
+                    (*outcome, reason, key, attempt_id),
+                )
+                mine = attrs.evolve(event, from_state=State(now[0]), attempt_id=attempt_id)
+                db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", mine))
                 return True
             db.execute(
-                "INSERT OR REPLACE INTO late_completions (key, attempt_id, state, result, "
+                "INSERT INTO late_completions (key, attempt_id, state, result, "
                 "error_type, error_message, finished_at, schema_version) "
-                "VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
+                "VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (key, attempt_id) DO UPDATE SET "
+                "state = excluded.state, result = excluded.result, "
+                "error_type = excluded.error_type, error_message = excluded.error_message, "
+                "finished_at = excluded.finished_at",
                 (key, attempt_id, *outcome, SCHEMA_VERSION),
             )
             late = attrs.evolve(
@@ -666,17 +667,12 @@ class Store:
         ``attempt_id``; the key's own row is the newer attempt's. Such a completion means
         the action ran under a released key while its first attempt was still running.
         """
-        with self._errors():
-            rows = (
-                self._connection()
-                .execute(
-                    "SELECT l.key, l.attempt_id, l.state, l.result, l.error_type, "
-                    "l.error_message, l.finished_at FROM late_completions l "
-                    "WHERE coalesce(?, l.key) = l.key ORDER BY l.finished_at, l.key",
-                    (key,),
-                )
-                .fetchall()
-            )
+        rows = self._read(
+            "SELECT l.key, l.attempt_id, l.state, l.result, l.error_type, "
+            "l.error_message, l.finished_at FROM late_completions l "
+            "WHERE coalesce(?, l.key) = l.key ORDER BY l.finished_at, l.key",
+            (key,),
+        )
         late = []
         for late_key, attempt_id, state, result, error_type, error_message, finished in rows:
             current = self.get(late_key)
@@ -696,47 +692,46 @@ class Store:
             )
         return late
 
-    def mark_in_doubt(self, key: str, attempt_id: str, reason: DoubtReason) -> None:
-        """Turn this attempt's ATTEMPTING row into IN_DOUBT; a finished row is left alone."""
+    def mark_in_doubt(self, key: str, attempt_id: str, reason: DoubtReason) -> bool:
+        """Turn this attempt's ATTEMPTING row into IN_DOUBT; return whether it did.
+
+        A row that moved on meanwhile (finished by its owner, resolved, claimed again) is
+        left alone, and False returned.
+        """
         event = self._new_event(key, State.IN_DOUBT, why_in_doubt(reason))
         with self._errors(), self._transaction(sync=False) as db:
-            db.execute(
-                f"{_LOG_FROM_ROW} FROM calls WHERE key = ? AND attempt_id = ? AND state = ?",
-                (*_event_params(event), key, attempt_id, State.ATTEMPTING.value),
-            )
+            now = self._locked_row(db, key)
+            if now != (State.ATTEMPTING.value, attempt_id):
+                return False
+            event = attrs.evolve(event, from_state=State.ATTEMPTING, attempt_id=attempt_id)
+            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", event))
             db.execute(
                 "UPDATE calls SET state = ?, doubt_reason = ? "
                 "WHERE key = ? AND attempt_id = ? AND state = ?",
                 (State.IN_DOUBT.value, reason.value, key, attempt_id, State.ATTEMPTING.value),
             )
+        return True
 
     def get_saga(self, saga_id: str) -> SagaRecord | None:
         """Return the progress of saga ``saga_id``, or ``None`` if it never started."""
-        with self._errors():
-            connection = self._connection()
-            row = connection.execute(
-                "SELECT saga_id, state, started_at, updated_at, aborted_step, abort_reason "
-                "FROM sagas WHERE saga_id = ?",
-                (saga_id,),
-            ).fetchone()
-            steps = connection.execute(
-                "SELECT key, compensation FROM saga_steps WHERE saga_id = ? ORDER BY step_index",
-                (saga_id,),
-            ).fetchall()
-        return None if row is None else _saga_record(row, steps)
+        rows = self._read(
+            "SELECT saga_id, state, started_at, updated_at, aborted_step, abort_reason "
+            "FROM sagas WHERE saga_id = ?",
+            (saga_id,),
+        )
+        steps = self._read(
+            "SELECT key, compensation FROM saga_steps WHERE saga_id = ? ORDER BY step_index",
+            (saga_id,),
+        )
+        return _saga_record(rows[0], steps) if rows else None
 
     def list_sagas(self, state: SagaState | None = None) -> list[SagaRecord]:
         """Return every saga, or those in ``state``; stuck rollbacks (COMPENSATING) first."""
-        with self._errors():
-            rows = (
-                self._connection()
-                .execute(
-                    "SELECT saga_id FROM sagas WHERE coalesce(?, state) = state "
-                    "ORDER BY state != ?, started_at, saga_id",
-                    (None if state is None else state.value, SagaState.COMPENSATING.value),
-                )
-                .fetchall()
-            )
+        rows = self._read(
+            "SELECT saga_id FROM sagas WHERE coalesce(?, state) = state "
+            "ORDER BY state != ?, started_at, saga_id",
+            (None if state is None else state.value, SagaState.COMPENSATING.value),
+        )
         return [saga for (saga_id,) in rows if (saga := self.get_saga(saga_id)) is not None]
 
     def begin_saga(self, saga_id: str) -> SagaRecord:
@@ -745,14 +740,14 @@ class Store:
         now = _time(event.at)
         with self._errors(), self._transaction(sync=False) as db:
             if db.execute(
-                "INSERT OR IGNORE INTO sagas (saga_id, state, started_at, updated_at, "
-                "schema_version) VALUES (?, ?, ?, ?, ?)",
+                "INSERT INTO sagas (saga_id, state, started_at, updated_at, schema_version) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (saga_id) DO NOTHING",
                 (saga_id, SagaState.RUNNING.value, now, now, SCHEMA_VERSION),
             ).rowcount:
                 db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("saga", event))
         saga = self.get_saga(saga_id)
         if saga is None:
-            raise StoreError(f"{self._path}: saga {saga_id!r} vanished while starting")
+            raise StoreError(f"{self.location}: saga {saga_id!r} vanished while starting")
         return saga
 
     def record_saga_step(
@@ -765,20 +760,16 @@ class Store:
         Returns the key recorded for that index, which differs from ``key`` if an earlier run
         of the saga took other steps.
         """
-        with self._errors():
-            self._write(
-                "INSERT OR IGNORE INTO saga_steps (saga_id, step_index, name, key, compensation) "
-                "VALUES (?, ?, ?, ?, ?)",
+        with self._errors(), self._transaction(sync=False) as db:
+            db.execute(
+                "INSERT INTO saga_steps (saga_id, step_index, name, key, compensation) "
+                "VALUES (?, ?, ?, ?, ?) ON CONFLICT (saga_id, step_index) DO NOTHING",
                 (saga_id, index, name, key, compensation),
             )
-            (recorded,) = (
-                self._connection()
-                .execute(
-                    "SELECT key FROM saga_steps WHERE saga_id = ? AND step_index = ?",
-                    (saga_id, index),
-                )
-                .fetchone()
-            )
+            (recorded,) = db.execute(
+                "SELECT key FROM saga_steps WHERE saga_id = ? AND step_index = ?",
+                (saga_id, index),
+            ).fetchone()
         return str(recorded)
 
     def move_saga(
@@ -792,11 +783,13 @@ class Store:
         """Set the saga's state; the abort's step and reason are kept once recorded."""
         event = self._new_event(saga_id, state, saga_why(state))
         with self._errors(), self._transaction(sync=False) as db:
-            db.execute(
-                f"{_LOG} SELECT 'saga', saga_id, NULL, state, ?, ?, ?, ?, ?, ?, ? FROM sagas "  # noqa: S608 - constants
-                "WHERE saga_id = ? AND state != ?",
-                (*_event_params(event), saga_id, state.value),
-            )
+            (now,) = db.execute(
+                f"SELECT state FROM sagas WHERE saga_id = ?{self._FOR_UPDATE}",  # noqa: S608 - constants
+                (saga_id,),
+            ).fetchone()
+            if now != state.value:
+                event = attrs.evolve(event, from_state=SagaState(now))
+                db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("saga", event))
             db.execute(
                 "UPDATE sagas SET state = ?, updated_at = ?, "
                 "aborted_step = coalesce(aborted_step, ?), "
@@ -831,16 +824,11 @@ class Store:
 
     def _history(self, kind: str, subject: str) -> list[Event]:
         states: type[State | SagaState] = State if kind == "key" else SagaState
-        with self._errors():
-            rows = (
-                self._connection()
-                .execute(
-                    "SELECT at, why, by_kind, by_host, by_pid, from_state, to_state, "
-                    "attempt_id, note FROM history WHERE kind = ? AND subject = ? ORDER BY seq",
-                    (kind, subject),
-                )
-                .fetchall()
-            )
+        rows = self._read(
+            "SELECT at, why, by_kind, by_host, by_pid, from_state, to_state, "
+            "attempt_id, note FROM history WHERE kind = ? AND subject = ? ORDER BY seq",
+            (kind, subject),
+        )
         return [
             Event(
                 subject=subject,
@@ -857,50 +845,13 @@ class Store:
             for at, why, by, host, pid, from_state, to_state, attempt_id, note in rows
         ]
 
-    @contextlib.contextmanager
-    def _transaction(self, *, sync: bool) -> Iterator[sqlite3.Connection]:
-        """Run the block as one write transaction, rolled back if it raises.
-
-        ``sync`` commits with ``synchronous=FULL`` (the WAL is fsynced before the commit
-        returns), otherwise ``NORMAL`` (durable across a process crash; synced at the next
-        FULL commit or checkpoint).
-        """
-        connection = self._connection()
-        full = sync and self._fsync_attempts
-        if full:
-            connection.execute("PRAGMA synchronous = FULL")
-        try:
-            connection.execute("BEGIN IMMEDIATE")
-            try:
-                yield connection
-                connection.execute("COMMIT")
-            finally:
-                if connection.in_transaction:
-                    connection.execute("ROLLBACK")
-        finally:
-            if full:
-                connection.execute("PRAGMA synchronous = NORMAL")
-
-    def _write(self, sql: str, params: tuple[object, ...]) -> None:
-        """Run one statement that changes no state (so has no history) as its own transaction."""
-        self._connection().execute(sql, params)
-
-    @contextlib.contextmanager
-    def _errors(self) -> Iterator[None]:
-        try:
-            yield
-        except sqlite3.Error as exc:
-            raise StoreError(f"{self._path}: {exc}") from exc
-
-    def _create_file(self) -> None:
-        """Create the ledger file with owner-only permissions, if it does not exist."""
-        try:
-            fd = os.open(self._path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
-        except FileExistsError:
-            return
-        except (OSError, ValueError) as exc:
-            raise StoreError(f"{self._path}: cannot create the ledger: {exc}") from exc
-        os.close(fd)
+    def _locked_row(self, db: Executor, key: str) -> tuple[str, str] | None:
+        """Lock ``key``'s row for this transaction; return its (state, attempt_id)."""
+        row = db.execute(
+            f"SELECT state, attempt_id FROM calls WHERE key = ?{self._FOR_UPDATE}",  # noqa: S608 - constants
+            (key,),
+        ).fetchone()
+        return None if row is None else (str(row[0]), str(row[1]))
 
     def _after_fork(self) -> None:
         """In a forked child, forget the parent's attempts, heartbeat and locks.
@@ -915,65 +866,34 @@ class Store:
             self._held = {}
             self._beat = None
             self._stop = threading.Event()
-            self._connections = weakref.WeakSet()
+            self._forget_connections()
 
-    def _connection(self) -> sqlite3.Connection:
-        if self._closed:
-            raise StoreError(f"{self._path}: the store is closed")
-        self._after_fork()
-        held: _Connection | None = getattr(self._local, "held", None)
-        if held is None or held.pid != os.getpid():
-            # A connection must not cross a fork; each process and thread opens its own.
-            held = self._local.held = self._open()
-        return held.sqlite
+    # What a backend supplies.
 
-    def _open(self) -> _Connection:
-        with self._errors():
-            connection = sqlite3.connect(
-                self._path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT
-            )
-        try:
-            with self._errors():
-                prepare(connection, self._path)
-        except BaseException:
-            connection.close()
-            raise
-        held = _Connection(connection)
-        with self._lock:
-            if self._closed:
-                held.close()
-                raise StoreError(f"{self._path}: the store is closed")
-            self._connections.add(held)
-        return held
+    def _transaction(self, *, sync: bool) -> contextlib.AbstractContextManager[Executor]:
+        """One write transaction, committed at the end of the block, rolled back if it raises.
 
-    def _probe(self) -> None:
-        """Check the file on a read-only connection before any writable one touches it.
-
-        Closing a writable connection checkpoints the WAL into the file, which would change
-        a foreign database even though we refuse it.
+        ``sync``: the commit must be on disk before it returns (the ATTEMPTING claim, a
+        resolve); otherwise it must survive a crash of this process.
         """
-        check_usable(self._path)
+        raise NotImplementedError
 
+    def _read(self, sql: str, parameters: tuple[object, ...]) -> list[Any]:
+        """Run one query outside any write transaction; return its rows."""
+        raise NotImplementedError
 
-class _Connection:
-    """One thread's connection; closed when the thread ends and drops it, or by ``close``.
+    def _errors(self) -> contextlib.AbstractContextManager[None]:
+        """Turn the driver's errors into ``StoreError`` naming the ledger."""
+        raise NotImplementedError
 
-    Never closed by the interpreter's exit: another thread (a heartbeat, a daemon worker)
-    may still be executing on it, and closing a connection under a running statement
-    crashes the process. The operating system closes what is left.
-    """
+    def _end_thread(self) -> None:
+        """The heartbeat thread ends: release what it holds."""
 
-    __slots__ = ("__weakref__", "_finalizer", "pid", "sqlite", "thread")
+    def _close_connections(self) -> None:
+        """Close what can be closed now (``close`` has marked the store closed)."""
 
-    def __init__(self, connection: sqlite3.Connection) -> None:
-        self.sqlite = connection
-        self.pid = os.getpid()
-        self.thread = threading.current_thread()
-        self._finalizer = weakref.finalize(self, connection.close)
-        self._finalizer.atexit = False
-
-    def close(self) -> None:
-        self._finalizer()
+    def _forget_connections(self) -> None:
+        """In a forked child: drop the parent's connections without using them."""
 
 
 _BEATING: weakref.WeakSet[Store] = weakref.WeakSet()

@@ -1,0 +1,185 @@
+"""The SQLite backend: one ledger file, WAL, a connection per thread, durability per commit."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+import weakref
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from safeact._schema import BUSY_TIMEOUT, check_usable, prepare
+from safeact._store import LEASE, Store
+from safeact.exceptions import StoreError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
+
+__all__ = ["SqliteStore"]
+
+
+class SqliteStore(Store):
+    """A ledger in one SQLite file, shared safely by the threads and processes of a machine.
+
+    Each thread gets its own connection. ``fsync_attempts=False`` stops syncing the
+    ATTEMPTING record to disk before the action runs: it then survives a process crash but
+    not an OS crash or power loss, after which the action can run a second time.
+    See ``Store`` for the other settings.
+
+    Raises:
+        StoreError: the file cannot be created or opened, is not a SQLite database, is
+            corrupt, is some other program's database, or was written by another schema
+            version of safeact. The file is left as it was.
+        ValueError: the lease is not positive, or the heartbeat not shorter than the lease.
+
+    """
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        fsync_attempts: bool = True,
+        lease: float = LEASE,
+        heartbeat: float | None = None,
+        host: str | None = None,
+    ) -> None:
+        """Open (or create) the ledger; see ``get_store``."""
+        super().__init__(lease=lease, heartbeat=heartbeat, host=host)
+        self._path = Path(path)
+        self._fsync_attempts = fsync_attempts
+        self._local = threading.local()
+        self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
+        self._create_file()
+        check_usable(self._path)  # before any writable connection: see check_usable
+        self._connection()
+
+    @property
+    def path(self) -> Path:
+        """The ledger file."""
+        return self._path
+
+    @property
+    def location(self) -> str:
+        """The ledger file's path, as given."""
+        return str(self._path)
+
+    @contextlib.contextmanager
+    def _transaction(self, *, sync: bool) -> Iterator[sqlite3.Connection]:
+        """``BEGIN IMMEDIATE`` … ``COMMIT``: the write lock for the whole transaction.
+
+        ``sync`` commits with ``synchronous=FULL`` (the WAL is fsynced before the commit
+        returns), otherwise ``NORMAL`` (durable across a process crash; synced at the next
+        FULL commit or checkpoint).
+        """
+        connection = self._connection()
+        full = sync and self._fsync_attempts
+        if full:
+            connection.execute("PRAGMA synchronous = FULL")
+        try:
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                yield connection
+                connection.execute("COMMIT")
+            finally:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
+        finally:
+            if full:
+                connection.execute("PRAGMA synchronous = NORMAL")
+
+    def _read(self, sql: str, parameters: tuple[object, ...]) -> list[Any]:
+        with self._errors():
+            return self._connection().execute(sql, parameters).fetchall()
+
+    @contextlib.contextmanager
+    def _errors(self) -> Iterator[None]:
+        try:
+            yield
+        except sqlite3.Error as exc:
+            raise StoreError(f"{self._path}: {exc}") from exc
+
+    def _end_thread(self) -> None:
+        # Close this thread's connection here and now, not whenever (and in whatever state)
+        # the interpreter gets round to the thread's storage.
+        held: _Connection | None = getattr(self._local, "held", None)
+        if held is not None:
+            del self._local.held
+            held.close()
+
+    def _close_connections(self) -> None:
+        """Close the connections of this thread and of ended threads.
+
+        A connection of another running thread is closed when that thread ends, since
+        closing it under a statement it is running would crash the process.
+        """
+        with self._lock:
+            connections = list(self._connections)
+            self._connections.clear()
+        for connection in connections:
+            if connection.thread is threading.current_thread() or not connection.thread.is_alive():
+                connection.close()
+
+    def _forget_connections(self) -> None:
+        self._connections = weakref.WeakSet()
+
+    def _create_file(self) -> None:
+        """Create the ledger file with owner-only permissions, if it does not exist."""
+        try:
+            fd = os.open(self._path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+        except FileExistsError:
+            return
+        except (OSError, ValueError) as exc:
+            raise StoreError(f"{self._path}: cannot create the ledger: {exc}") from exc
+        os.close(fd)
+
+    def _connection(self) -> sqlite3.Connection:
+        if self._closed:
+            raise StoreError(f"{self._path}: the store is closed")
+        self._after_fork()
+        held: _Connection | None = getattr(self._local, "held", None)
+        if held is None or held.pid != os.getpid():
+            # A connection must not cross a fork; each process and thread opens its own.
+            held = self._local.held = self._open()
+        return held.sqlite
+
+    def _open(self) -> _Connection:
+        with self._errors():
+            connection = sqlite3.connect(
+                self._path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT
+            )
+        try:
+            with self._errors():
+                prepare(connection, self._path)
+        except BaseException:
+            connection.close()
+            raise
+        held = _Connection(connection)
+        with self._lock:
+            if self._closed:
+                held.close()
+                raise StoreError(f"{self._path}: the store is closed")
+            self._connections.add(held)
+        return held
+
+
+class _Connection:
+    """One thread's connection; closed when the thread ends and drops it, or by ``close``.
+
+    Never closed by the interpreter's exit: another thread (a heartbeat, a daemon worker)
+    may still be executing on it, and closing a connection under a running statement
+    crashes the process. The operating system closes what is left.
+    """
+
+    __slots__ = ("__weakref__", "_finalizer", "pid", "sqlite", "thread")
+
+    def __init__(self, connection: sqlite3.Connection) -> None:
+        self.sqlite = connection
+        self.pid = os.getpid()
+        self.thread = threading.current_thread()
+        self._finalizer = weakref.finalize(self, connection.close)
+        self._finalizer.atexit = False
+
+    def close(self) -> None:
+        self._finalizer()

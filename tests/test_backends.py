@@ -1,0 +1,48 @@
+"""One Store, two databases: which one a location opens, and what each costs to import."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from safeact import SqliteStore, get_store, safe
+from safeact.postgres import PostgresStore
+
+
+def test_a_path_opens_sqlite_and_a_url_opens_postgresql(ledger: Path, postgres_ledger: str) -> None:
+    """get_store and safe() pick the backend from the location."""
+    with get_store(ledger) as by_path, get_store(postgres_ledger) as by_url:
+        assert type(by_path) is SqliteStore
+        assert type(by_url) is PostgresStore
+        assert safe(postgres_ledger)(noop).store.location == postgres_ledger
+
+
+def noop(key: str) -> None:
+    pass
+
+
+def test_import_safeact_does_not_need_the_postgres_extra() -> None:
+    """SQLite users never import psycopg: `import safeact` leaves it alone."""
+    loaded = subprocess.run(
+        [sys.executable, "-c", "import sys, safeact; print('psycopg' in sys.modules)"],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert loaded.stdout == "False\n"
+
+
+@pytest.mark.parametrize(
+    ("dsn", "shown"),
+    [
+        ("postgresql://agent:s3cret@db/agents", "postgresql://agent:***@db/agents"),
+        ("host=db user=agent password=s3cret", "host=db user=agent password=***"),
+        ("postgresql://agent@db/agents", "postgresql://agent@db/agents"),
+    ],
+)
+def test_a_postgres_location_never_shows_the_password(dsn: str, shown: str) -> None:
+    """Messages and reprs name the database without its password."""
+    from safeact._postgres import _without_password
+
+    assert _without_password(dsn) == shown

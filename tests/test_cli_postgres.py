@@ -1,0 +1,82 @@
+"""The command line against a PostgreSQL ledger: the same commands, a URL in place of a file."""
+
+import subprocess
+import sys
+import uuid
+from collections.abc import Iterator
+
+import psycopg
+import pytest
+
+from safeact import get_store, safe
+from tests.actions import bury_owners
+from tests.conftest import postgres_or_skip
+
+
+def run(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "safeact", *args],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+def pay(key: str) -> int:
+    return 1
+
+
+@pytest.fixture
+def empty_schema() -> Iterator[str]:
+    """The URL of a schema of its own with no safeact tables in it yet."""
+    server = postgres_or_skip()
+    schema = f"safeact_cli_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    try:
+        yield f"{server}?options=-csearch_path%3D{schema}"
+    finally:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+
+def test_migrate_creates_the_schema_once(empty_schema: str) -> None:
+    """`safeact migrate URL` creates the schema; a second run finds it current."""
+    first, second = run("migrate", empty_schema), run("migrate", empty_schema)
+    assert (first.returncode, first.stdout) == (0, f"created schema 2 in {empty_schema}\n")
+    assert (second.returncode, second.stdout) == (0, f"{empty_schema} is already at schema 2\n")
+
+
+def test_a_database_without_the_schema_is_refused_with_the_fix(empty_schema: str) -> None:
+    """Any other command on an unmigrated database: one line naming `safeact migrate`, exit 2."""
+    result = run("ls", empty_schema)
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert line.startswith("safeact: error: ")
+    assert "no safeact schema" in line
+    assert "safeact migrate" in line
+
+
+def test_doubt_and_resolve_work_on_a_url(postgres_ledger: str) -> None:
+    """A crashed owner's key is listed by `doubt` (exit 1), resolved, then gone from it."""
+    with get_store(postgres_ledger) as store:
+        safe(store, name="pay")(pay)("paid")
+        store.claim("lost", "pay", "h", attempt_id="dead", previous=None)
+        bury_owners(store)
+    doubt = run("doubt", postgres_ledger)
+    assert doubt.returncode == 1
+    assert [line.split()[:3] for line in doubt.stdout.splitlines()[1:2]] == [
+        ["lost", "pay", "attempting"]
+    ]
+    resolved = run("resolve", postgres_ledger, "lost", "--not-happened", "--note", "no charge")
+    assert (resolved.returncode, resolved.stdout) == (0, "lost: attempting → released\n")
+    assert run("doubt", postgres_ledger).returncode == 0
+    listed = run("ls", postgres_ledger)
+    assert [line.split()[:3] for line in listed.stdout.splitlines()[1:]] == [
+        ["paid", "pay", "succeeded"],
+        ["lost", "pay", "released"],
+    ]
+    stats = run("stats", postgres_ledger)
+    assert stats.returncode == 0
+    assert stats.stdout.splitlines()[-1] == f"size: on the server ({postgres_ledger})"
