@@ -8,11 +8,13 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import os
 import re
 import threading
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import psycopg
+from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool
 
 from safeact._owner import Owner, is_gone
@@ -185,8 +187,6 @@ class PostgresStore(Store):
         self._where = _without_password(dsn)
         self._pool_size = pool_size
         self._pool = self._new_pool()
-        self._alive: psycopg.Connection[Any] | None = None
-        self._alive_lock = threading.Lock()
         with self._errors(), self._pool.connection() as connection:
             version = _version(connection, self._where)
         if version != SCHEMA_VERSION:
@@ -228,21 +228,16 @@ class PostgresStore(Store):
         return super().claim(key, tool, args_hash, attempt_id=attempt_id, previous=previous)
 
     def _hold_liveness(self) -> None:
-        """Take this process's advisory lock on a session of its own, once."""
+        """Make sure this process holds its advisory lock on this database.
+
+        One session per process and database holds it, shared by every store of the process
+        and kept until the process ends: a second session of the same process would wait
+        for the lock forever, and a store that closes must not make the process look dead
+        while other stores of it run actions.
+        """
         self._after_fork()
-        with self._alive_lock:
-            if self._alive is not None and not self._alive.closed:
-                try:
-                    # A session the server ended (idle, so nobody noticed) lost the lock.
-                    self._alive.execute("SELECT 1")
-                except psycopg.OperationalError:
-                    self._alive.close()
-                else:
-                    return
-            with self._errors():
-                alive = psycopg.connect(self._dsn, autocommit=True)
-                alive.execute("SELECT pg_advisory_lock(%s)", (_owner_lock(self.owner),))
-            self._alive = alive
+        with self._errors():
+            _liveness.hold(self._dsn, _owner_lock(self.owner))
 
     @contextlib.contextmanager
     def _transaction(self, *, sync: bool) -> Iterator[_Executor]:
@@ -319,18 +314,12 @@ class PostgresStore(Store):
         self._after_fork()
 
     def _close_connections(self) -> None:
-        with self._alive_lock:
-            alive, self._alive = self._alive, None
-        if alive is not None:
-            alive.close()
         self._pool.close()
 
     def _forget_connections(self) -> None:
-        # The parent's pool and liveness session are the parent's: a child opens its own,
-        # and takes its own lock, under its own owner identity.
+        # The parent's pool is the parent's: a child opens its own (and takes its own
+        # liveness lock, under its own owner identity, when it first claims).
         self._pool = self._new_pool()
-        self._alive = None
-        self._alive_lock = threading.Lock()
 
     def _new_pool(self) -> ConnectionPool[Any]:
         # Autocommit: a read is one round trip; a write opens its transaction explicitly.
@@ -348,6 +337,37 @@ class PostgresStore(Store):
                 pool.close()
                 raise StoreError(f"{self._where}: cannot connect: {exc}") from exc
         return pool
+
+
+class _Liveness:
+    """The sessions that hold this process's advisory locks: one per database and owner name."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._sessions: dict[tuple[int, str, int], psycopg.Connection[Any]] = {}
+
+    def hold(self, dsn: str, lock: int) -> None:
+        """Hold ``lock`` on the database of ``dsn`` from a session of this process."""
+        where = (os.getpid(), _database(dsn), lock)
+        with self._lock:
+            session = self._sessions.get(where)
+            if session is not None and not session.closed:
+                try:
+                    # A session the server ended (idle, so nobody noticed) lost the lock.
+                    session.execute("SELECT 1")
+                except psycopg.OperationalError:
+                    session.close()
+                else:
+                    return
+            session = psycopg.connect(dsn, autocommit=True)
+            # Only a session of this very process could hold it, and one that has died
+            # but not yet been noticed by the server is let go within this time.
+            session.execute("SET lock_timeout = '30s'")
+            session.execute("SELECT pg_advisory_lock(%s)", (lock,))
+            self._sessions[where] = session
+
+
+_liveness = _Liveness()
 
 
 class _Executor:
@@ -387,6 +407,14 @@ def _owner_lock(owner: Owner) -> int:
     """The advisory lock id of ``owner``: 64 bits of a hash of its identity."""
     identity = f"{owner.host}\0{owner.boot_id}\0{owner.pid}\0{owner.started}".encode()
     return int.from_bytes(hashlib.sha256(identity).digest()[:8], "big", signed=True)
+
+
+def _database(dsn: str) -> str:
+    """The database ``dsn`` names, whatever its session options (advisory locks span it)."""
+    parts = conninfo_to_dict(dsn)
+    return "|".join(
+        str(parts.get(name, "")) for name in ("host", "hostaddr", "port", "dbname", "user")
+    )
 
 
 def _without_password(dsn: str) -> str:

@@ -46,3 +46,16 @@ def test_a_postgres_location_never_shows_the_password(dsn: str, shown: str) -> N
     from safeact._postgres import _without_password
 
     assert _without_password(dsn) == shown
+
+
+def seven(key: str) -> int:
+    return 7
+
+
+def test_two_stores_of_one_process_share_its_liveness(postgres_ledger: str) -> None:
+    """Two stores of one process on one database both claim; one closing keeps it alive."""
+    with get_store(postgres_ledger) as first, get_store(postgres_ledger) as second:
+        assert safe(first, name="a")(seven)("k1").unwrap() == 7
+        assert safe(second, name="b")(seven)("k2").unwrap() == 7
+        first.close()
+        assert not second.owner_gone(second.owner)

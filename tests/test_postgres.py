@@ -39,6 +39,7 @@ from safeact import (
     safe,
 )
 from safeact._owner import is_gone, this_process
+from safeact._postgres import _owner_lock
 from safeact._protocol import CALL_CHECKPOINTS, Checkpoint, checkpoint_hook
 from safeact._schema import SCHEMA_VERSION
 from safeact._store import utc_now
@@ -69,6 +70,17 @@ def named(dsn: str, application: str) -> str:
 
 def sessions(admin: Admin, query: str, application: str) -> list[int]:
     return [pid for (pid,) in admin.execute(query, (application,)).fetchall()]
+
+
+def holders_of(admin: Admin, lock: int) -> list[int]:
+    """The sessions holding advisory ``lock`` (a bigint lock shows as two 32-bit halves)."""
+    unsigned = lock & 0xFFFF_FFFF_FFFF_FFFF
+    rows = admin.execute(
+        "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
+        "AND classid = %s::bigint::oid AND objid = %s::bigint::oid",
+        (unsigned >> 32, unsigned & 0xFFFF_FFFF),
+    ).fetchall()
+    return [pid for (pid,) in rows]
 
 
 def cut(admin: Admin, application: str, *, liveness_only: bool = False) -> int:
@@ -192,7 +204,19 @@ class Victim:
     admin: Admin
 
     def cut(self, *, liveness_only: bool = False) -> int:
-        return cut(self.admin, self.application, liveness_only=liveness_only)
+        """End the victim's pooled sessions and its liveness session, or only the latter.
+
+        The liveness session is shared by every store of this process that names its owner
+        alike, so it is found by the advisory lock it holds, not by an application name.
+        """
+        pooled = [] if liveness_only else sessions(self.admin, SESSIONS, self.application)
+        pids = sorted({*pooled, *holders_of(self.admin, _owner_lock(self.store.owner))})
+        for pid in pids:
+            (ended,) = self.admin.execute(
+                "SELECT pg_terminate_backend(%s, %s)", (pid, int(DEADLINE * 1000))
+            ).fetchone() or (False,)
+            assert ended, f"session {pid} did not end"
+        return len(pids)
 
     def cut_on_block(self) -> CutOnBlock:
         return CutOnBlock(self.dsn, self.application)
