@@ -196,7 +196,7 @@ def bench(arguments: list[str]) -> None:
     if "--peers" not in arguments:
         run(dev_python(), "-m", "bench", *arguments)
         return
-    python = venv(ROOT / ".venv-bench", "--editable", str(ROOT), *BENCH_PEERS)
+    python = venv(ROOT / ".venv-bench", "--editable", f"{ROOT}[postgres]", *BENCH_PEERS)
     run(python, "-m", "bench", *[argument for argument in arguments if argument != "--peers"])
 
 
