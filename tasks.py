@@ -1,6 +1,7 @@
 """Project commands that need only Python 3.11: each makes the virtual environment it needs.
 
-python3 tasks.py demo      run examples/agent_loop.py
+python3 tasks.py demo      run examples/agent_loop.py (its ledger stays in .demo/)
+python3 tasks.py refund-demo  run examples/refund_agent.py, the saga demo
 python3 tasks.py test      run the whole test suite (tests/ and the typings/ contract)
 python3 tasks.py check     mypy --strict, ruff check and ruff format --check
 python3 tasks.py artifact  build the wheel and run the suite against it, installed
