@@ -19,6 +19,7 @@ from safeact.exceptions import (
     FailedCallError,
     InDoubtError,
     KeyConflictError,
+    NotProvenError,
     SafeError,
     StoreError,
 )
@@ -34,6 +35,7 @@ __all__ = [
     "InDoubtError",
     "KeyConflictError",
     "NotHappened",
+    "NotProvenError",
     "Outcome",
     "Owner",
     "Probe",

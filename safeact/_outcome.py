@@ -55,7 +55,8 @@ class InDoubt:
     was attempted (timezone-aware UTC) and the hash of its arguments. ``reason`` says why
     it is in doubt; with ``DoubtReason.IN_FLIGHT`` the owner is still running and the key
     is not marked: ask again later. Otherwise nothing runs under this key until it is
-    resolved.
+    resolved. ``note`` is set when a reconciliation probe answered but its answer could not
+    close the key (it said "did not happen" while the owner is not proven finished).
     """
 
     key: str
@@ -63,6 +64,7 @@ class InDoubt:
     attempted_at: datetime
     args_hash: str
     reason: DoubtReason = DoubtReason.CRASHED
+    note: str | None = None
 
     def to_result(self) -> Result[NoReturn, InDoubt | Failed]:
         """Return ``Failure(self)``."""
@@ -118,9 +120,9 @@ def failed_from(record: Record) -> Failed:
     )
 
 
-def in_doubt_from(record: Record, reason: DoubtReason) -> InDoubt:
+def in_doubt_from(record: Record, reason: DoubtReason, note: str | None = None) -> InDoubt:
     """The receipt of an unsettled record."""
-    return InDoubt(record.key, record.tool, record.attempted_at, record.args_hash, reason)
+    return InDoubt(record.key, record.tool, record.attempted_at, record.args_hash, reason, note)
 
 
 Outcome: TypeAlias = Succeeded[T_co] | InDoubt | Failed

@@ -6,24 +6,45 @@
       (no row) ──────────────────────► ATTEMPTING ─────────────────► SUCCEEDED ──┐
           ▲                              │  │  │   action raised                 │ replay
           │                              │  │  └─────────────────► FAILED ─────┤ (nothing
-          │     owner provably dead  │  │                                   │  runs)
-          │     (crashed, lease out) │  └── owner's own completion ──┐      │
-          │     or interrupted       ▼                              ▼      │
+          │      suspicion or proof  │  │                                   │  runs)
+          │      (see below)         │  └── owner's own completion ──┐      │
+          │                            ▼                              ▼      │
           │                            IN_DOUBT ── resolve(happened=True) ──► SUCCEEDED
-          │                              │
-          │    resolve(happened=False)   ▼
-          └──── claim again ◄──────── RELEASED
+          │                              │            or probe: Happened
+          │   resolve(happened=False) or │
+          │   probe: NotHappened,        ▼
+          └── ONLY ON PROOF ───────── RELEASED ◄── (force=True: an operator's assertion)
+
+Two kinds of evidence can put a key in doubt, and they are kept apart:
+
+* **Proof** that the attempt is over: its owner recorded its own interruption after the
+  action's frame unwound (``INTERRUPTED``); its process is provably gone, seen from its own
+  host (``CRASHED``: no such process, a reused pid, a rebooted host). Any process on the
+  owner's host may record that proof in the row, for processes on other hosts to use.
+* **Suspicion**: the lease ran out (``LEASE_EXPIRED``: the owner may be frozen, swapped out
+  or holding the GIL), or its liveness session on the database ended (``SESSION_LOST``: a
+  pooler, an admin or an idle timeout may have cut a live owner's session).
+
+Doubt may come from either. A release — the one transition after which the action runs
+again — needs proof, checked under the row lock at the moment of the decision
+(``release_refusal``). Without proof only an operator's ``force=True`` releases, and the
+history says who asserted it. A key whose owner recorded that the action ran but its
+result could not be stored (``RESULT_NOT_STORED``) is never released: the ledger knows it ran.
+
+"Happened" needs no proof: it closes the key as SUCCEEDED, and from then on its replay
+never changes. An owner that wakes afterwards and completes has its word kept beside the
+key (``late_completions``), not swapped in. Before that, while the key is ATTEMPTING,
+IN_DOUBT or (forced) RELEASED at its attempt, the owner's own completion replaces the row:
+the owner knows what happened.
 
 A caller that finds the key ATTEMPTING under a live owner (lease not run out, process not
-provably gone) waits for the owner's outcome and replays it; if its wait runs out first it
-gets ``InDoubt`` (still in flight) and marks nothing. A lease running out never lets the
-action run again: it only turns waiting into doubt.
+provably gone, session held) waits for the owner's outcome and replays it; if its wait runs
+out first it gets ``InDoubt`` (still in flight) and marks nothing.
 
-A row is written only by the owner of the current attempt (identified by ``attempt_id``), by
-a caller that finds its owner dead (which marks it IN_DOUBT), or by ``resolve``. The owner's
-completion always replaces whatever its own attempt's row says, because the owner knows what
-happened; a new attempt gets a new ``attempt_id``, so a stale owner cannot overwrite it, and
-its late completion is kept beside the row for the operator instead.
+A row is written only by the owner of the current attempt (identified by ``attempt_id``;
+never by a forked child of the owner), by a caller that finds the attempt abandoned (which
+marks it IN_DOUBT, or records proof on a row in doubt on suspicion), or by ``resolve`` and
+probes. A new attempt gets a new ``attempt_id``, so a stale owner cannot overwrite it.
 """
 
 from __future__ import annotations
@@ -45,6 +66,8 @@ if TYPE_CHECKING:
 __all__ = [
     "CALL_CHECKPOINTS",
     "JSON",
+    "OWNER_KNOWS",
+    "PROOF",
     "Checkpoint",
     "Doubt",
     "DoubtReason",
@@ -56,8 +79,12 @@ __all__ = [
     "State",
     "Step",
     "Wait",
+    "Refusal",
     "abandonment",
     "check_resolvable",
+    "may_mark",
+    "owner_may_write",
+    "release_refusal",
     "checkpoint",
     "checkpoint_hook",
     "next_step",
@@ -123,7 +150,16 @@ class DoubtReason(enum.Enum):
     IN_FLIGHT = "in_flight"
     """The owner is alive and still running; the caller's wait ran out. Ask again later."""
     RESULT_NOT_STORED = "result_not_stored"
-    """The action ran, but its result could not be stored for replay."""
+    """The action ran (or raised), but its outcome could not be stored for replay."""
+    SESSION_LOST = "session_lost"
+    """The owner's liveness session on the database ended: it crashed, or was cut off."""
+
+
+PROOF = frozenset({DoubtReason.CRASHED, DoubtReason.INTERRUPTED})
+"""Doubt reasons that prove the attempt is over: nothing of it is still running."""
+
+OWNER_KNOWS = frozenset({DoubtReason.INTERRUPTED, DoubtReason.RESULT_NOT_STORED})
+"""Doubt reasons only the owner itself records: a caller's suspicion never replaces them."""
 
 
 @attrs.frozen
@@ -165,11 +201,12 @@ def next_step(
     *,
     now: datetime,
     owner_gone: Callable[[Owner], bool],
+    owner_lost: Callable[[Owner], bool] = lambda _: False,
 ) -> Step:
     """Decide what a call of ``tool`` with ``args_hash`` does, given the key's record.
 
     ``now`` is compared with the owner's lease; ``owner_gone`` says whether an owner
-    provably no longer runs.
+    provably no longer runs, ``owner_lost`` whether its liveness session is lost.
 
     Raises:
         KeyConflictError: the key is recorded for another tool or other arguments.
@@ -193,27 +230,104 @@ def next_step(
         case State.SUCCEEDED | State.FAILED:
             return Replay(record)
         case State.IN_DOUBT | State.ATTEMPTING:
-            reason = abandonment(record, now=now, owner_gone=owner_gone)
+            reason = abandonment(
+                record, now=now, owner_gone=owner_gone, owner_lost=owner_lost
+            )
             return Wait(record) if reason is None else Doubt(record, reason)
 
 
 def abandonment(
-    record: Record, *, now: datetime, owner_gone: Callable[[Owner], bool]
+    record: Record,
+    *,
+    now: datetime,
+    owner_gone: Callable[[Owner], bool],
+    owner_lost: Callable[[Owner], bool] = lambda _: False,
 ) -> DoubtReason | None:
     """Why ``record`` needs a decision, or ``None`` if it does not need one (yet).
 
-    An IN_DOUBT key needs one; so does an ATTEMPTING key whose lease ran out or whose owner
-    is provably gone. An ATTEMPTING key under a live owner, and a settled key, do not.
+    An IN_DOUBT key needs one; so does an ATTEMPTING key whose owner is provably gone
+    (``owner_gone``: proof), whose lease ran out, or whose liveness session is lost
+    (``owner_lost``: suspicion), checked in that order. An IN_DOUBT key in doubt on
+    suspicion whose owner is now provably gone reports ``CRASHED``: the caller records
+    that proof. An ATTEMPTING key under a live owner, and a settled key, need none.
     """
     match record.state:
         case State.IN_DOUBT:
-            return record.doubt_reason or DoubtReason.CRASHED
-        case State.ATTEMPTING if record.lease_until <= now:
-            return DoubtReason.LEASE_EXPIRED
+            reason = record.doubt_reason or DoubtReason.CRASHED
+            if reason in PROOF or reason in OWNER_KNOWS or not owner_gone(record.owner):
+                return reason
+            return DoubtReason.CRASHED
         case State.ATTEMPTING if owner_gone(record.owner):
             return DoubtReason.CRASHED
+        case State.ATTEMPTING if record.lease_until <= now:
+            return DoubtReason.LEASE_EXPIRED
+        case State.ATTEMPTING if owner_lost(record.owner):
+            return DoubtReason.SESSION_LOST
         case _:
             return None
+
+
+def may_mark(record: Record, reason: DoubtReason) -> bool:
+    """Whether marking ``record`` IN_DOUBT for ``reason`` changes what the ledger knows.
+
+    An ATTEMPTING row may be marked for any reason. An IN_DOUBT row is marked again only to
+    record more than it holds: proof over suspicion, or the owner's own word (interrupted,
+    result not stored) over a caller's. Nothing else is ever marked.
+    """
+    match record.state:
+        case State.ATTEMPTING:
+            return True
+        case State.IN_DOUBT:
+            held = record.doubt_reason or DoubtReason.CRASHED
+            if held in OWNER_KNOWS or held == reason:
+                return False
+            return reason in OWNER_KNOWS or (reason in PROOF and held not in PROOF)
+        case _:
+            return False
+
+
+@attrs.frozen
+class Refusal:
+    """Why a release was refused; ``forceable`` if an operator may release it all the same."""
+
+    reason: str
+    forceable: bool
+
+
+def release_refusal(record: Record, *, owner_gone: bool) -> Refusal | None:
+    """Why ``record``'s attempt may not be released now, or ``None`` if it may.
+
+    A release lets the action run again, so it needs proof that nothing of this attempt is
+    still running: the owner's own record of its interruption, a recorded ``CRASHED``, or
+    ``owner_gone`` (its process provably gone, checked now, under the row lock). A lease
+    that ran out or a lost session is only suspicion: an operator may force it. A key whose
+    action is known to have run (``RESULT_NOT_STORED``) is never released.
+    """
+    reason = record.doubt_reason if record.state is State.IN_DOUBT else None
+    if reason is DoubtReason.RESULT_NOT_STORED:
+        return Refusal(
+            "its action ran (its outcome could not be stored): it can only be resolved "
+            "as happened",
+            forceable=False,
+        )
+    if reason in PROOF or owner_gone:
+        return None
+    owner = record.owner
+    why = "its lease ran out" if reason is None else f"it is in doubt ({reason.value})"
+    return Refusal(
+        f"its owner, process {owner.pid} on host {owner.host!r}, is not proven finished: "
+        f"{why}, which a frozen or cut-off process that may still act also shows",
+        forceable=True,
+    )
+
+
+def owner_may_write(record: Record, pid: int) -> bool:
+    """Whether process ``pid`` may record the end of ``record``'s attempt.
+
+    Only the owner's own process: a child forked inside the action inherits its frames,
+    and whatever unwinds there is not the attempt's outcome.
+    """
+    return record.owner.pid == pid
 
 
 def check_resolvable(key: str, record: Record | None) -> Record:

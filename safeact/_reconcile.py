@@ -4,7 +4,8 @@ A probe is ``probe(key, receipt) -> Happened(result) | NotHappened() | Unknown()
 and mail APIs can usually be asked whether a request with a given idempotency key went
 through; a probe does that asking. Only its answer changes the ledger, in one transaction
 with the event that records it; a probe that raises, or answers anything else, changes
-nothing but the history.
+nothing but the history. "Did not happen" is true only of the past: an owner that is not
+proven finished may still act, so then the key stays in doubt and the verdict is noted.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import attrs
 from safeact._codec import ResultNotStorableError
 from safeact._history import Event, Why
 from safeact._outcome import InDoubt
-from safeact._protocol import JSON, Record, State, checkpoint
+from safeact._protocol import JSON, Record, Refusal, State, checkpoint
 
 if TYPE_CHECKING:
     from safeact._store import Store
@@ -86,10 +87,10 @@ def reconcile_key(
                     record, Why.PROBE_FAILED, f"the probe's result cannot be stored: {exc}"
                 )
             said = _said("happened", note)
-            return store.settle(record, State.SUCCEEDED, stored, why=Why.RECONCILED, note=said)
+            done = store.settle(record, State.SUCCEEDED, stored, why=Why.RECONCILED, note=said)
         case NotHappened(note=note):
             said = _said("did not happen", note)
-            return store.settle(record, State.RELEASED, None, why=Why.RECONCILED, note=said)
+            done = store.settle(record, State.RELEASED, None, why=Why.RECONCILED, note=said)
         case Unknown(note=note):
             return store.note(record, Why.PROBE_UNKNOWN, _said("cannot tell", note))
         case _:
@@ -98,6 +99,9 @@ def reconcile_key(
                 Why.PROBE_FAILED,
                 f"the probe answered {answer!r}, not Happened, NotHappened or Unknown",
             )
+    if isinstance(done, Refusal):
+        return store.note(record, Why.RELEASE_WITHHELD, f"{said}; not applied: {done.reason}")
+    return done
 
 
 def _said(verdict: str, note: str) -> str:

@@ -100,7 +100,7 @@ class SqliteStore(Store):
         except sqlite3.Error as exc:
             raise StoreError(f"{self._path}: {exc}") from exc
 
-    def _end_thread(self) -> None:
+    def _reset_connection(self) -> None:
         # Close this thread's connection here and now, not whenever (and in whatever state)
         # the interpreter gets round to the thread's storage.
         held: _Connection | None = getattr(self._local, "held", None)

@@ -29,16 +29,19 @@ from safeact._protocol import (
     UNSETTLED,
     DoubtReason,
     Record,
+    Refusal,
     SagaRecord,
     SagaState,
     State,
     abandonment,
     check_resolvable,
     checkpoint,
+    may_mark,
+    release_refusal,
 )
 from safeact._reconcile import Probe, reconcile_key
 from safeact._schema import SCHEMA_VERSION, UNSETTLED_SQL
-from safeact.exceptions import SafeError, StoreError
+from safeact.exceptions import NotProvenError, SafeError, StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Iterator, Mapping
@@ -77,6 +80,9 @@ LEASE = 30.0
 
 
 _NO_RESULT: object = object()
+
+_OWNER_WRITES = frozenset({State.ATTEMPTING, State.IN_DOUBT, State.RELEASED})
+"""Where an owner's completion replaces its attempt's row: nothing is replayed from them."""
 
 _LOG = (
     "INSERT INTO history (kind, subject, attempt_id, from_state, to_state, at, by_kind, "
@@ -196,8 +202,20 @@ class Store:
         return this_process(self._host)
 
     def owner_gone(self, owner: Owner) -> bool:
-        """Whether ``owner`` provably no longer runs, as seen from this process."""
+        """Whether ``owner`` provably no longer runs, as seen from this process: proof.
+
+        Only an owner on this host can be proven gone here (see ``Owner``); for an owner on
+        another host this is False, and proof comes from a process on that host, which
+        records it in the key's row when it looks at the key.
+        """
         return is_gone(owner, self.owner)
+
+    def owner_lost(self, owner: Owner) -> bool:  # noqa: ARG002 - a backend may know more
+        """Whether there is a sign that ``owner`` stopped: suspicion, never proof.
+
+        A PostgreSQL ledger finds an owner's liveness session ended; SQLite has no such sign.
+        """
+        return False
 
     def close(self) -> None:
         """Close the store; later use raises ``StoreError``."""
@@ -221,8 +239,13 @@ class Store:
         return [
             record
             for record in self.records(unsettled=True)
-            if abandonment(record, now=now, owner_gone=self.owner_gone) is not None
+            if self._abandonment(record, now) is not None
         ]
+
+    def _abandonment(self, record: Record, now: datetime) -> DoubtReason | None:
+        return abandonment(
+            record, now=now, owner_gone=self.owner_gone, owner_lost=self.owner_lost
+        )
 
     def records(
         self,
@@ -277,22 +300,31 @@ class Store:
         result: object = _NO_RESULT,
         attempt_id: str | None = None,
         note: str | None = None,
+        force: bool = False,
     ) -> Record:
         """Close an in-doubt key after checking what really happened; return its record.
 
-        In doubt means IN_DOUBT, or ATTEMPTING under an owner that is gone or whose lease
-        ran out. ``happened=True`` records it as SUCCEEDED with ``result``, given as the tool
-        would have returned it (``None`` for a tool that returns ``None``); later calls
-        replay it, rebuilt as the tool's return type. ``happened=False`` releases it: the
-        next call runs the action. ``note`` goes into the key's history with the decision.
+        In doubt means IN_DOUBT, or ATTEMPTING under an owner that is gone, whose lease ran
+        out or whose session was lost. ``happened=True`` records it as SUCCEEDED with
+        ``result``, given as the tool would have returned it (``None`` for a tool that
+        returns ``None``); later calls replay it, rebuilt as the tool's return type.
+
+        ``happened=False`` releases it: the next call runs the action. That needs proof that
+        the attempt's owner is finished (it recorded its interruption, or its process is
+        provably gone, seen from its host); a lease that ran out or a lost session is only
+        suspicion, and ``force=True`` is then your assertion that the owner can no longer
+        act, kept in the key's history. ``note`` goes into the history with the decision.
 
         Pass ``attempt_id`` (from the ``Record`` you checked) so the decision applies only to
         that attempt: if the key was meanwhile released and claimed by a new caller, a
         repeated or stale resolve then fails instead of touching the new attempt.
 
         Raises:
-            SafeError: the key is unknown, not in doubt, running under a live owner, or not
-                at ``attempt_id`` any more (nothing was changed).
+            NotProvenError: ``happened=False`` without ``force`` and the owner is not proven
+                finished (nothing was changed).
+            SafeError: the key is unknown, not in doubt, running under a live owner, not at
+                ``attempt_id`` any more, or (``happened=False``) known to have run because
+                its owner recorded that its outcome could not be stored (nothing changed).
             ValueError: ``result`` is missing with ``happened=True``, given with
                 ``happened=False``, or cannot be stored.
 
@@ -311,14 +343,21 @@ class Store:
                 f"cannot resolve key {key!r}: attempt {attempt_id} is over, the key is now at "
                 f"attempt {record.attempt_id}; check that attempt, then resolve it"
             )
-        if abandonment(record, now=utc_now(), owner_gone=self.owner_gone) is None:
+        if self._abandonment(record, utc_now()) is None:
             raise SafeError(
                 f"cannot resolve key {key!r}: its action is running right now (process "
                 f"{record.owner.pid} on {record.owner.host}, lease until "
                 f"{_time(record.lease_until)}); wait for its outcome"
             )
         to = State.SUCCEEDED if happened else State.RELEASED
-        if self.settle(record, to, stored, why=Why.RESOLVED, note=note, operator=True) is None:
+        done = self.settle(
+            record, to, stored, why=Why.RESOLVED, note=note, operator=True, force=force
+        )
+        if isinstance(done, Refusal):
+            if done.forceable:
+                raise NotProvenError(key, done.reason)
+            raise SafeError(f"cannot release key {key!r}: {done.reason}")
+        if done is None:
             raise SafeError(
                 f"cannot resolve key {key!r}: it changed while being resolved; look at it again"
             )
@@ -336,24 +375,40 @@ class Store:
         why: Why,
         note: str | None,
         operator: bool = False,
-    ) -> Event | None:
+        force: bool = False,
+    ) -> Event | Refusal | None:
         """Close ``record``'s attempt as SUCCEEDED (with ``result``, JSON text) or RELEASED.
 
         Applies only while the key is still at that attempt and in doubt; returns the event
         appended to its history, or ``None`` if the key had moved on (nothing changed). The
-        change and its event are one synced transaction.
+        change and its event are one synced transaction. A release is decided on the row as
+        locked here and on whether its owner is gone now (``release_refusal``): without
+        proof it is refused (``Refusal``, nothing changed) unless ``force``, which the
+        history records as the operator's assertion.
         """
         with self._errors(), self._transaction(sync=True) as db:
-            now = self._locked_row(db, record.key)
-            if now is None or now[1] != record.attempt_id or State(now[0]) not in UNSETTLED:
+            current = self._locked_record(db, record.key)
+            if (
+                current is None
+                or current.attempt_id != record.attempt_id
+                or current.state not in UNSETTLED
+            ):
                 return None
+            if to is State.RELEASED:
+                refusal = release_refusal(current, owner_gone=self.owner_gone(current.owner))
+                if refusal is not None and not (force and refusal.forceable):
+                    return refusal
+                if refusal is not None:
+                    why = Why.FORCED_RELEASE
+                    said = f"forced: the operator asserts the attempt is over, though {refusal.reason}"
+                    note = said if note is None else f"{said}; {note}"
             event = self._new_event(
                 record.key,
                 to,
                 why,
                 note=note,
                 operator=operator,
-                from_state=State(now[0]),
+                from_state=current.state,
                 attempt_id=record.attempt_id,
             )
             db.execute(
@@ -389,20 +444,26 @@ class Store:
     def reconcile(self, probes: Mapping[str, Probe[object]]) -> list[Event]:
         """Ask each in-doubt key's probe (``probes`` maps tool names to probes) what happened.
 
-        A key whose tool has no probe is left alone. Happened closes the key as SUCCEEDED
-        with the probe's result; not happened releases it; unknown, or a probe that raises,
-        leaves it in doubt. Returns the events appended to the keys' histories.
+        First every abandoned key is marked IN_DOUBT, and every key whose owner on this host
+        is provably gone gets that proof recorded, for processes on other hosts (run this on
+        each host, e.g. from cron, so crashes close without a human). Then, for keys whose
+        tool has a probe: happened closes the key as SUCCEEDED with the probe's result; not
+        happened releases it if its owner is proven finished, and otherwise leaves it in
+        doubt with the verdict in its history; unknown, or a probe that raises, leaves it
+        in doubt. Returns the events appended to the keys' histories.
         """
         events = []
         for found in self.list_in_doubt():
-            probe = probes.get(found.tool)
-            reason = abandonment(found, now=utc_now(), owner_gone=self.owner_gone)
-            if probe is None or reason is None:
+            reason = self._abandonment(found, utc_now())
+            if reason is None:
                 continue
-            if found.state is State.ATTEMPTING and not self.mark_in_doubt(
+            if may_mark(found, reason) and not self.mark_in_doubt(
                 found.key, found.attempt_id, reason
             ):
                 continue  # its owner finished meanwhile
+            probe = probes.get(found.tool)
+            if probe is None:
+                continue
             record = attrs.evolve(found, state=State.IN_DOUBT, doubt_reason=reason)
             event = reconcile_key(
                 self, record, in_doubt_from(record, reason), probe, encode_untyped
@@ -569,6 +630,8 @@ class Store:
         try:
             yield
         finally:
+            # A child forked inside the action must not take the parent's copied lock.
+            self._after_fork()
             with self._lock:
                 self._held.pop((record.key, record.attempt_id), None)
 
@@ -585,7 +648,7 @@ class Store:
         try:
             self._beat_until(stop)
         finally:
-            self._end_thread()
+            self._reset_connection()  # the thread ends: close its connection now
 
     def _beat_until(self, stop: threading.Event) -> None:
         while not stop.wait(self.heartbeat):
@@ -594,6 +657,10 @@ class Store:
                 if not held:
                     self._beat = None
                     return
+            try:
+                self._check_liveness()
+            except Exception:
+                logger.exception("could not check this process's liveness session")
             until = _time(utc_now() + timedelta(seconds=self.lease))
             for key, attempt_id in held:
                 try:
@@ -620,11 +687,13 @@ class Store:
         error_message: str | None = None,
         doubt_reason: DoubtReason | None = None,
     ) -> bool:
-        """Record how this attempt ended; the owner's word replaces whatever its row says.
+        """Record how this attempt ended; return whether the key's row has it.
 
-        If the row belongs to a newer attempt (the key was released and claimed again
-        meanwhile), the completion is kept in ``late_completions`` instead, for an operator
-        to see the duplicate, and False is returned.
+        The owner's word replaces its attempt's row while nothing is replayed from it
+        (ATTEMPTING, IN_DOUBT, or RELEASED and not claimed again). Otherwise it is kept in
+        ``late_completions``, for an operator to see, and False is returned: the key was
+        closed as happened meanwhile (its replay never changes), or released and claimed
+        again (the action also ran under the newer attempt).
         """
         stored = None if result is None else json.dumps(result)
         event = self._new_event(key, state, why_finished(state, doubt_reason))
@@ -633,7 +702,7 @@ class Store:
         reason = None if doubt_reason is None else doubt_reason.value
         with self._errors(), self._transaction(sync=False) as db:
             now = self._locked_row(db, key)
-            if now is not None and now[1] == attempt_id:
+            if now is not None and now[1] == attempt_id and State(now[0]) in _OWNER_WRITES:
                 db.execute(
                     "UPDATE calls SET state = ?, result = ?, error_type = ?, error_message = ?, "
                     "finished_at = ?, doubt_reason = ? WHERE key = ? AND attempt_id = ?",
@@ -692,23 +761,43 @@ class Store:
             )
         return late
 
-    def mark_in_doubt(self, key: str, attempt_id: str, reason: DoubtReason) -> bool:
-        """Turn this attempt's ATTEMPTING row into IN_DOUBT; return whether it did.
+    def mark_in_doubt(
+        self, key: str, attempt_id: str, reason: DoubtReason, *, detail: str | None = None
+    ) -> bool:
+        """Mark this attempt IN_DOUBT for ``reason``; return whether the row has that now.
 
-        A row that moved on meanwhile (finished by its owner, resolved, claimed again) is
-        left alone, and False returned.
+        An ATTEMPTING row is marked; an IN_DOUBT one only to record more than it holds
+        (``may_mark``: proof over suspicion, the owner's own word over a caller's). ``CRASHED``
+        is proof, so it is written only if the owner is provably gone now, checked under the
+        row lock. ``detail`` is kept as the row's error message (what went wrong).
+        A row that moved on meanwhile (finished by its owner, resolved, claimed again) is left
+        alone, and False returned.
         """
         event = self._new_event(key, State.IN_DOUBT, why_in_doubt(reason))
         with self._errors(), self._transaction(sync=False) as db:
-            now = self._locked_row(db, key)
-            if now != (State.ATTEMPTING.value, attempt_id):
+            current = self._locked_record(db, key)
+            if current is None or current.attempt_id != attempt_id:
                 return False
-            event = attrs.evolve(event, from_state=State.ATTEMPTING, attempt_id=attempt_id)
+            if current.state is State.IN_DOUBT and current.doubt_reason is reason:
+                return True
+            if not may_mark(current, reason):
+                return False
+            if reason is DoubtReason.CRASHED and not self.owner_gone(current.owner):
+                return False
+            event = attrs.evolve(event, from_state=current.state, attempt_id=attempt_id)
             db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", event))
             db.execute(
-                "UPDATE calls SET state = ?, doubt_reason = ? "
-                "WHERE key = ? AND attempt_id = ? AND state = ?",
-                (State.IN_DOUBT.value, reason.value, key, attempt_id, State.ATTEMPTING.value),
+                "UPDATE calls SET state = ?, doubt_reason = ?, "
+                "error_type = coalesce(?, error_type), error_message = coalesce(?, error_message) "
+                "WHERE key = ? AND attempt_id = ?",
+                (
+                    State.IN_DOUBT.value,
+                    reason.value,
+                    None if detail is None else "safeact.OutcomeNotStored",
+                    detail,
+                    key,
+                    attempt_id,
+                ),
             )
         return True
 
@@ -845,6 +934,14 @@ class Store:
             for at, why, by, host, pid, from_state, to_state, attempt_id, note in rows
         ]
 
+    def _locked_record(self, db: Executor, key: str) -> Record | None:
+        """Lock ``key``'s row for this transaction; return it."""
+        row = db.execute(
+            f"SELECT {_COLUMNS} FROM calls WHERE key = ?{self._FOR_UPDATE}",  # noqa: S608 - constants
+            (key,),
+        ).fetchone()
+        return None if row is None else _record(row)
+
     def _locked_row(self, db: Executor, key: str) -> tuple[str, str] | None:
         """Lock ``key``'s row for this transaction; return its (state, attempt_id)."""
         row = db.execute(
@@ -886,8 +983,12 @@ class Store:
         """Turn the driver's errors into ``StoreError`` naming the ledger."""
         raise NotImplementedError
 
-    def _end_thread(self) -> None:
-        """The heartbeat thread ends: release what it holds."""
+    def _check_liveness(self) -> None:
+        """Heartbeat: make sure other hosts can still see this process alive, or say why not."""
+
+    def _reset_connection(self) -> None:
+        """Drop this thread's connection, so the next statement runs on a fresh one."""
+
 
     def _close_connections(self) -> None:
         """Close what can be closed now (``close`` has marked the store closed)."""

@@ -36,8 +36,11 @@ from safeact._protocol import (
     Step,
     Wait,
     checkpoint,
+    may_mark,
     next_step,
+    owner_may_write,
 )
+from safeact._history import Why
 from safeact._reconcile import Probe, reconcile_key
 from safeact._store import Store, get_store, utc_now
 
@@ -56,6 +59,9 @@ WAIT = 5.0
 """Default seconds a caller waits for a live owner of its key to finish."""
 
 _FIRST_PAUSE, _LONGEST_PAUSE = 0.005, 0.1
+
+_UNRECORDED_RETRIES = (0.0, 0.05, 0.25, 1.0)
+"""Pauses before each try to mark an attempt whose outcome could not be written."""
 
 
 class safe:  # noqa: N801 - used as a decorator, so it reads as a function
@@ -164,7 +170,14 @@ class _Guard(Generic[T_co]):
             raise TypeError(f"{self.name}: {exc}") from exc
 
     def _next(self, record: Record | None, digest: str) -> Step:
-        return next_step(record, self.name, digest, now=utc_now(), owner_gone=self.store.owner_gone)
+        return next_step(
+            record,
+            self.name,
+            digest,
+            now=utc_now(),
+            owner_gone=self.store.owner_gone,
+            owner_lost=self.store.owner_lost,
+        )
 
     def replay(self, record: Record) -> T_co:
         """Rebuild the stored result of a SUCCEEDED ``record`` as the return type."""
@@ -176,20 +189,28 @@ class _Guard(Generic[T_co]):
         return Succeeded(record.key, self.replay(record), replayed=True)
 
     def _mark(self, record: Record, reason: DoubtReason) -> bool:
-        """Mark a dead owner's ATTEMPTING attempt IN_DOUBT (an IN_DOUBT one already is).
+        """Mark an abandoned attempt IN_DOUBT, or record proof on one in doubt on suspicion.
 
         Returns False if the row moved on meanwhile: its owner finished after all, or the
         key was resolved or claimed again. The caller then decides again.
         """
-        if record.state is not State.ATTEMPTING:
+        if not may_mark(record, reason):
             return True
         return self.store.mark_in_doubt(record.key, record.attempt_id, reason)
 
-    def _probe(self, record: Record, reason: DoubtReason) -> None:
-        """Ask the probe about the in-doubt ``record`` and apply its answer."""
-        if self.reconcile is not None:
-            receipt = in_doubt_from(record, reason)
-            reconcile_key(self.store, record, receipt, self.reconcile, self._encode)
+    def _probe(self, record: Record, reason: DoubtReason) -> str | None:
+        """Ask the probe about the in-doubt ``record`` and apply its answer.
+
+        Returns the history's note when the answer could not be applied (a release withheld
+        from an owner not proven finished), for the caller's ``InDoubt``.
+        """
+        if self.reconcile is None:
+            return None
+        receipt = in_doubt_from(record, reason)
+        event = reconcile_key(self.store, record, receipt, self.reconcile, self._encode)
+        if event is not None and event.why is Why.RELEASE_WITHHELD:
+            return event.note
+        return None
 
     def _encode(self, value: object) -> JSON:
         return encode(value, self.return_type)
@@ -232,18 +253,20 @@ class _Guard(Generic[T_co]):
     def _finish(self, record: Record, state: State, **outcome: Any) -> bool:
         """Record the end of this attempt; return whether the ledger has it.
 
-        Trouble recording it (a lost connection, a full disk) leaves the key in doubt; it is
-        logged, and the caller's outcome says ``recorded=False``.
+        Trouble recording it (a lost connection, a lock timeout, a full disk) is logged, the
+        key is marked in doubt (result not stored) at once by another route, and the
+        caller's outcome says ``recorded=False``.
         """
         try:
             written = self.store.finish(record.key, record.attempt_id, state=state, **outcome)
-        except Exception:
+        except Exception as exc:
             logger.exception(
-                "%s: could not record %s for key %r; the key stays in doubt",
+                "%s: could not record %s for key %r; marking it in doubt",
                 self.name,
                 state.value,
                 record.key,
             )
+            self._unrecorded(record, state, exc)
             return False
         if not written:
             logger.error(
@@ -254,6 +277,32 @@ class _Guard(Generic[T_co]):
                 state.value,
             )
         return True
+
+    def _unrecorded(self, record: Record, state: State, failure: Exception) -> None:
+        """Mark an attempt whose outcome could not be written IN_DOUBT (result not stored).
+
+        Otherwise the key would look busy until its lease ran out, and then only suspect.
+        A few short tries, each on a fresh connection; never raise.
+        """
+        detail = (
+            f"the action {'ran' if state is State.SUCCEEDED else 'ended'} ({state.value}) "
+            f"but its outcome could not be stored: {_message(failure)}"
+        )
+        for pause in _UNRECORDED_RETRIES:
+            time.sleep(pause)
+            try:
+                self.store._reset_connection()  # noqa: SLF001 - the tool and its store are one
+                self.store.mark_in_doubt(
+                    record.key, record.attempt_id, DoubtReason.RESULT_NOT_STORED, detail=detail
+                )
+            except Exception:  # noqa: BLE001 - logged once below if every try fails
+                continue
+            return
+        logger.error(
+            "%s: could not mark key %r in doubt either; it looks busy until its lease runs out",
+            self.name,
+            record.key,
+        )
 
     def _interrupted(self, record: Record) -> None:
         """Mark this attempt IN_DOUBT (interrupted), so nobody waits on it; never raise."""
@@ -308,6 +357,7 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
         digest = self._digest(key, args, kwargs)
         record = self.store.get(key)
         deadline, pause, probed = time.monotonic() + self.wait, _FIRST_PAUSE, False
+        withheld: str | None = None
         while True:
             match self._next(record, digest):
                 case Replay(stored):
@@ -320,9 +370,9 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
                     if not self._mark(unsettled, reason):
                         pass  # the row moved on before it could be marked: decide again
                     elif self.reconcile is None or probed:
-                        return in_doubt_from(unsettled, reason)
+                        return in_doubt_from(unsettled, reason, withheld)
                     else:
-                        self._probe(unsettled, reason)
+                        withheld = self._probe(unsettled, reason)
                         probed = True
                 case Wait(running):
                     left = deadline - time.monotonic()
@@ -340,10 +390,15 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
             try:
                 value = self._fn(record.key, *args, **kwargs)  # type: ignore[arg-type] # P was checked by the caller's signature
             except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
+                if not owner_may_write(record, os.getpid()):
+                    return _forked_failure(record, self.name, exc)
                 return self._raised(record, exc)
             except BaseException:
-                self._interrupted(record)
+                if owner_may_write(record, os.getpid()):
+                    self._interrupted(record)
                 raise
+        if not owner_may_write(record, os.getpid()):
+            return Succeeded(record.key, value, recorded=False)
         return self._ended(record, value)
 
 
@@ -380,6 +435,7 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
         digest = self._digest(key, args, kwargs)
         record = await asyncio.to_thread(self.store.get, key)
         deadline, pause, probed = time.monotonic() + self.wait, _FIRST_PAUSE, False
+        withheld: str | None = None
         while True:
             match self._next(record, digest):
                 case Replay(stored):
@@ -395,9 +451,9 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
                     if not await asyncio.to_thread(self._mark, unsettled, reason):
                         pass  # the row moved on before it could be marked: decide again
                     elif self.reconcile is None or probed:
-                        return in_doubt_from(unsettled, reason)
+                        return in_doubt_from(unsettled, reason, withheld)
                     else:
-                        await asyncio.to_thread(self._probe, unsettled, reason)
+                        withheld = await asyncio.to_thread(self._probe, unsettled, reason)
                         probed = True
                 case Wait(running):
                     left = deadline - time.monotonic()
@@ -417,11 +473,16 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
             try:
                 value = await self._fn(record.key, *args, **kwargs)  # type: ignore[arg-type] # P was checked by the caller's signature
             except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
+                if not owner_may_write(record, os.getpid()):
+                    return _forked_failure(record, self.name, exc)
                 return await _unstoppable(asyncio.to_thread(self._raised, record, exc))
             except BaseException:
                 # Blocking for one short write: an await here could itself be cancelled.
-                self._interrupted(record)
+                if owner_may_write(record, os.getpid()):
+                    self._interrupted(record)
                 raise
+        if not owner_may_write(record, os.getpid()):
+            return Succeeded(record.key, value, recorded=False)
         return await _unstoppable(asyncio.to_thread(self._ended, record, value))
 
 
@@ -489,6 +550,17 @@ def _key_first_signature(fn: Callable[..., object], tool: str) -> inspect.Signat
             "e.g. 'def send_receipt(key: str, to: str) -> Receipt'"
         )
     return signature
+
+
+def _forked_failure(record: Record, tool: str, exc: Exception) -> Failed:
+    """What a child forked inside the action gets when the action raises there: not recorded.
+
+    The attempt is its parent's; the child's exception says nothing about the parent's
+    action, so the ledger is left alone.
+    """
+    return Failed(
+        record.key, tool, _type_name(type(exc)), _message(exc), recorded=False, exception=exc
+    )
 
 
 def _message(exc: Exception) -> str:

@@ -18,6 +18,7 @@ __all__ = [
     "FailedCallError",
     "InDoubtError",
     "KeyConflictError",
+    "NotProvenError",
     "SafeError",
     "StoreError",
 ]
@@ -44,6 +45,27 @@ class KeyConflictError(SafeError):
         self.key = key
         super().__init__(
             f"key {key!r} {reason}; nothing ran. Use a key that identifies this exact action."
+        )
+
+
+class NotProvenError(SafeError):
+    """A release was refused: the key's owner is not proven finished; nothing changed.
+
+    Releasing lets the action run again, and a lease that ran out or a lost database session
+    is what a frozen, swapped-out or cut-off owner that may still act also shows. ``key`` is
+    the key, ``reason`` why its owner is not proven finished.
+    """
+
+    def __init__(self, key: str, reason: str) -> None:
+        """Say which key, why, how to check and how to force."""
+        self.key = key
+        self.reason = reason
+        super().__init__(
+            f"cannot release key {key!r}: {reason}. Check that the process is gone on its "
+            "host (ps -p PID there, or whether the host rebooted), or run `safeact "
+            "reconcile` on that host to record it; if you know it can no longer act, "
+            "release with force=True (safeact resolve ... --not-happened --force), which "
+            "the key's history keeps as your assertion"
         )
 
 
