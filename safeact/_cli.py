@@ -141,7 +141,11 @@ def show_lines(record: Record, late: Sequence[Record], events: Sequence[Event]) 
     width = max(len(name) for name, _ in fields) + 2
     lines = [f"{name.ljust(width)}{value}" for name, value in fields]
     if late:
-        lines += ["", "late completions (the action also ran under an older attempt):"]
+        lines += [
+            "",
+            "late completions (an attempt finished after the key had moved on: closed by an "
+            "operator or a probe, or released and run again; the key's row is unchanged):",
+        ]
         lines += [
             f"  attempt {done.attempt_id}: {done.state.value} at {when(done.finished_at)}, "
             + (
@@ -314,7 +318,8 @@ def in_doubt(store: Store) -> list[tuple[Record, DoubtReason, timedelta]]:
     return [
         (
             r,
-            abandonment(r, now=now, owner_gone=store.owner_gone) or DoubtReason.CRASHED,
+            abandonment(r, now=now, owner_gone=store.owner_gone, owner_lost=store.owner_lost)
+            or DoubtReason.CRASHED,
             now - r.attempted_at,
         )
         for r in store.list_in_doubt()
@@ -355,12 +360,24 @@ def cmd_doubt(options: argparse.Namespace, store: Store) -> int:
         )
     else:
         _print(["nothing in doubt"])
+    late = store.late_completions()
+    if late and not options.json:
+        _print(
+            [
+                "",
+                f"{len(late)} late completion(s): an owner finished after its key had moved "
+                f"on; see safeact show {store.location} KEY",
+                *(f"  {done.key}  attempt {done.attempt_id}  {done.state.value}" for done in late),
+            ]
+        )
     return 1 if doubts else 0
 
 
 def cmd_resolve(options: argparse.Namespace, store: Store) -> int:
     if options.result is not _NO_RESULT and not options.happened:
         raise _UsageError("--result goes with --happened: a key that did not happen has no result")
+    if options.force and options.happened:
+        raise _UsageError("--force goes with --not-happened: --happened needs no proof")
     before = store.get(options.key)
     try:
         if options.happened:
@@ -374,7 +391,11 @@ def cmd_resolve(options: argparse.Namespace, store: Store) -> int:
             )
         else:
             after = store.resolve(
-                options.key, happened=False, attempt_id=options.attempt, note=options.note
+                options.key,
+                happened=False,
+                attempt_id=options.attempt,
+                note=options.note,
+                force=options.force,
             )
     except ValueError as exc:
         raise _UsageError(str(exc)) from None
@@ -557,6 +578,11 @@ def parser() -> _Parser:
         "\"amount\": 20}' --note 'bank ref 8841'",
         "safeact resolve agent.db refund-1003 --not-happened --note 'no payment at the bank'",
     )
+    resolve.epilog = (
+        f"{resolve.epilog}\n\n--not-happened needs proof that the key's owner is finished "
+        "(it was interrupted, or its process is gone on its host); otherwise add --force, "
+        "after checking that process yourself."
+    )
     resolve.add_argument("key", metavar="KEY")
     decision = resolve.add_mutually_exclusive_group(required=True)
     decision.add_argument("--happened", action="store_true", help="it ran: record it SUCCEEDED")
@@ -572,6 +598,14 @@ def parser() -> _Parser:
     )
     resolve.add_argument("--note", help="why: kept in the key's history")
     resolve.add_argument("--attempt", metavar="ID", help="only if the key is still at attempt ID")
+    resolve.add_argument(
+        "--force",
+        action="store_true",
+        help=(
+            "with --not-happened: release even though the owner is not proven finished "
+            "(its lease ran out or its session was lost); the history keeps it as your word"
+        ),
+    )
 
     sagas = command(
         "sagas",

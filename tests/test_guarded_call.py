@@ -430,7 +430,7 @@ def test_completion_after_release_and_new_claim_is_kept_as_late(
         runs.append(len(runs) + 1)
         if runs == [1]:
             expire_leases(store)  # the owner looks frozen past its lease...
-            store.resolve(key, happened=False)  # ...and an operator releases it
+            store.resolve(key, happened=False, force=True)  # ...an operator forces it
             assert act(key) == Succeeded(key, 2)  # a new attempt claims and finishes
             return 1
         return 2

@@ -147,7 +147,7 @@ def test_a_late_completion_is_in_the_history_with_its_own_attempt(store: Store) 
     """An attempt that finishes after its key moved on leaves a late_completion event."""
     store.claim("k", "act", "h", attempt_id="a", previous=None)
     expire_leases(store)
-    released = store.resolve("k", happened=False)
+    released = store.resolve("k", happened=False, force=True)
     store.claim("k", "act", "h", attempt_id="b", previous=released)
     assert not store.finish("k", "a", state=State.SUCCEEDED, result=1)
     last = store.history("k")[-1]
