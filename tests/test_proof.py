@@ -34,7 +34,7 @@ def bury(store: Store, key: str) -> None:
 
 
 def suspect(store: Store, key: str = "k") -> str:
-    """Leave ``key`` ATTEMPTING under this live process with its lease run out; return its attempt."""
+    """Leave ``key`` ATTEMPTING under this live process, its lease run out; return the attempt."""
     record = store.claim(key, "act", "h", attempt_id="a1", previous=None)
     assert record is not None
     expire_leases(store)
@@ -157,7 +157,7 @@ def probe_answering(verdict: Verdict[int]) -> object:
 
 
 def test_a_probes_not_happened_is_withheld_from_an_unproven_owner(store: Store) -> None:
-    """A probe's 'did not happen' leaves the key in doubt, noted, and the caller's InDoubt says so."""
+    """A probe's 'did not happen' leaves the key in doubt, noted; the caller's InDoubt says so."""
     runs: list[str] = []
 
     @safe(store, name="act", wait=0, reconcile=lambda _k, _r: NotHappened("no charge yet"))
@@ -241,7 +241,7 @@ def test_an_owners_word_replaces_a_row_in_doubt_on_suspicion(store: Store) -> No
 def test_cli_not_happened_needs_force_for_an_unproven_owner(
     ledger: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`safeact resolve --not-happened` refuses an unproven owner, naming --force; --force releases."""
+    """`resolve --not-happened` refuses an unproven owner and names --force, which releases it."""
     with get_store(ledger) as store:
         suspect(store)
     assert main(["resolve", str(ledger), "k", "--not-happened"]) != 0
