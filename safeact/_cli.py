@@ -143,8 +143,10 @@ def show_lines(record: Record, late: Sequence[Record], events: Sequence[Event]) 
     if late:
         lines += [
             "",
-            "late completions (an attempt finished after the key had moved on: closed by an "
-            "operator or a probe, or released and run again; the key's row is unchanged):",
+            (
+                "late completions (an attempt finished after the key had moved on: closed by "
+                "an operator or a probe, or released and run again; the key's row is unchanged):"
+            ),
         ]
         lines += [
             f"  attempt {done.attempt_id}: {done.state.value} at {when(done.finished_at)}, "
@@ -365,8 +367,10 @@ def cmd_doubt(options: argparse.Namespace, store: Store) -> int:
         _print(
             [
                 "",
-                f"{len(late)} late completion(s): an owner finished after its key had moved "
-                f"on; see safeact show {store.location} KEY",
+                (
+                    f"{len(late)} late completion(s): an owner finished after its key had "
+                    f"moved on; see safeact show {store.location} KEY"
+                ),
                 *(f"  {done.key}  attempt {done.attempt_id}  {done.state.value}" for done in late),
             ]
         )
@@ -472,13 +476,15 @@ def cmd_stats(_: argparse.Namespace, store: Store) -> int:
 
 
 def cmd_reconcile(options: argparse.Namespace, store: Store) -> int:
-    probes = load_probes(options.probes)
+    probes = {} if options.probes is None else load_probes(options.probes)
     events = store.reconcile(probes)
     rows = [[e.subject, *event_line(e)[1:3], e.note or ""] for e in events]
     if rows:
         _print(table(["KEY", "CHANGE", "WHY", "NOTE"], rows))
-    else:
+    elif probes:
         _print(["no probe answered: no in-doubt key has a probe for its tool"])
+    else:
+        _print(["no probes given: abandoned keys marked, proof of this host's dead owners kept"])
     left = in_doubt(store)
     if not left:
         _print(["", "nothing left in doubt"])
@@ -639,13 +645,14 @@ def parser() -> _Parser:
 
     reconcile = command(
         "reconcile",
-        "Ask probes what happened to the keys in doubt; exit 1 if any stay in doubt.",
+        "Mark abandoned keys in doubt, record which owners on this host are provably gone "
+        "(so other hosts may release their keys), and ask probes what happened; exit 1 if "
+        "any key stays in doubt. Run it on every host, e.g. from cron.",
         "safeact reconcile agent.db --probes ops/probes.py:PROBES",
-        "safeact reconcile agent.db --probes myagent.probes:PROBES",
+        "safeact reconcile postgresql://agents@db/agents   # from cron, on each host",
     )
     reconcile.add_argument(
         "--probes",
-        required=True,
         metavar="MODULE:NAME",
         help="a dict of tool names to probes, in an importable module or a .py file",
     )

@@ -72,6 +72,7 @@ __all__ = [
     "Doubt",
     "DoubtReason",
     "Record",
+    "Refusal",
     "Replay",
     "Run",
     "SagaRecord",
@@ -79,15 +80,14 @@ __all__ = [
     "State",
     "Step",
     "Wait",
-    "Refusal",
     "abandonment",
     "check_resolvable",
-    "may_mark",
-    "owner_may_write",
-    "release_refusal",
     "checkpoint",
     "checkpoint_hook",
+    "may_mark",
     "next_step",
+    "owner_may_write",
+    "release_refusal",
 ]
 
 JSON: TypeAlias = bool | int | float | str | list["JSON"] | dict[str, "JSON"] | None
@@ -194,7 +194,7 @@ class Wait:
 Step: TypeAlias = Run | Replay | Doubt | Wait
 
 
-def next_step(
+def next_step(  # noqa: PLR0913 - the record, the call, and what the world says of its owner
     record: Record | None,
     tool: str,
     args_hash: str,
@@ -230,9 +230,7 @@ def next_step(
         case State.SUCCEEDED | State.FAILED:
             return Replay(record)
         case State.IN_DOUBT | State.ATTEMPTING:
-            reason = abandonment(
-                record, now=now, owner_gone=owner_gone, owner_lost=owner_lost
-            )
+            reason = abandonment(record, now=now, owner_gone=owner_gone, owner_lost=owner_lost)
             return Wait(record) if reason is None else Doubt(record, reason)
 
 
@@ -306,8 +304,7 @@ def release_refusal(record: Record, *, owner_gone: bool) -> Refusal | None:
     reason = record.doubt_reason if record.state is State.IN_DOUBT else None
     if reason is DoubtReason.RESULT_NOT_STORED:
         return Refusal(
-            "its action ran (its outcome could not be stored): it can only be resolved "
-            "as happened",
+            "its action ran (its outcome could not be stored): it can only be resolved as happened",
             forceable=False,
         )
     if reason in PROOF or owner_gone:

@@ -243,9 +243,7 @@ class Store:
         ]
 
     def _abandonment(self, record: Record, now: datetime) -> DoubtReason | None:
-        return abandonment(
-            record, now=now, owner_gone=self.owner_gone, owner_lost=self.owner_lost
-        )
+        return abandonment(record, now=now, owner_gone=self.owner_gone, owner_lost=self.owner_lost)
 
     def records(
         self,
@@ -292,7 +290,7 @@ class Store:
         """Return every change of the saga's state, oldest first."""
         return self._history("saga", saga_id)
 
-    def resolve(
+    def resolve(  # noqa: PLR0913 - one keyword per part of the decision
         self,
         key: str,
         *,
@@ -400,7 +398,7 @@ class Store:
                     return refusal
                 if refusal is not None:
                     why = Why.FORCED_RELEASE
-                    said = f"forced: the operator asserts the attempt is over, though {refusal.reason}"
+                    said = f"forced: the operator asserts it is over, though {refusal.reason}"
                     note = said if note is None else f"{said}; {note}"
             event = self._new_event(
                 record.key,
@@ -988,7 +986,6 @@ class Store:
 
     def _reset_connection(self) -> None:
         """Drop this thread's connection, so the next statement runs on a fresh one."""
-
 
     def _close_connections(self) -> None:
         """Close what can be closed now (``close`` has marked the store closed)."""

@@ -23,6 +23,7 @@ from typing import (
 )
 
 from safeact._codec import ResultNotStorableError, check_return_type, decode, encode
+from safeact._history import Why
 from safeact._keys import args_hash, check_key, check_text
 from safeact._outcome import Failed, Outcome, Succeeded, failed_from, in_doubt_from
 from safeact._protocol import (
@@ -40,7 +41,6 @@ from safeact._protocol import (
     next_step,
     owner_may_write,
 )
-from safeact._history import Why
 from safeact._reconcile import Probe, reconcile_key
 from safeact._store import Store, get_store, utc_now
 
@@ -295,7 +295,7 @@ class _Guard(Generic[T_co]):
                 self.store.mark_in_doubt(
                     record.key, record.attempt_id, DoubtReason.RESULT_NOT_STORED, detail=detail
                 )
-            except Exception:  # noqa: BLE001 - logged once below if every try fails
+            except Exception:  # noqa: BLE001, S112 - logged once below if every try fails
                 continue
             return
         logger.error(

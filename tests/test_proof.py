@@ -257,3 +257,20 @@ def test_cli_not_happened_needs_force_for_an_unproven_owner(
 def act_hash(tool: object) -> str:
     """The args hash a call of ``tool`` with the key alone has."""
     return tool._digest("k", (), {})  # type: ignore[attr-defined, no-any-return]
+
+
+def test_cli_reconcile_without_probes_records_proof_of_this_hosts_dead_owners(
+    ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`safeact reconcile LEDGER` (no probes) turns a dead local owner's suspicion into proof."""
+    with get_store(ledger) as store:
+        suspect(store)
+        assert store.mark_in_doubt("k", "a1", DoubtReason.LEASE_EXPIRED)
+        bury(store, "k")
+    assert main(["reconcile", str(ledger)]) == 1
+    assert "no probes given" in capsys.readouterr().out
+    with get_store(ledger) as store:
+        record = store.get("k")
+        assert record is not None
+        assert record.doubt_reason is DoubtReason.CRASHED
+        assert store.resolve("k", happened=False).state is State.RELEASED
