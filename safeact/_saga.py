@@ -30,7 +30,7 @@ import attrs
 
 from safeact._keys import check_key
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded, failed_from, in_doubt_from
-from safeact._protocol import DoubtReason, Record, SagaRecord, SagaState, State
+from safeact._protocol import UNSETTLED, DoubtReason, Record, SagaRecord, SagaState, State
 from safeact._store import Store, get_store
 from safeact._tool import AsyncSafeTool, Compensation, SafeTool, safe
 from safeact.exceptions import KeyConflictError, SafeError
@@ -53,7 +53,8 @@ class SagaFailed(SafeError):  # noqa: N818 - the name users asked for
         saga_id: the saga.
         step: key of the step whose outcome aborted it, or None if the block raised.
         outcome: that step's ``Failed`` or ``InDoubt`` (an in-doubt step is not
-            compensated: nobody knows whether it happened).
+            compensated: nobody knows whether it happened), or None once an operator
+            resolved it.
         reason: the block's exception as ``Type: message`` when the block aborted it.
         compensated: keys of the steps whose compensation ran in this run.
         replayed: keys of the steps whose compensation had already run.
@@ -62,6 +63,9 @@ class SagaFailed(SafeError):  # noqa: N818 - the name users asked for
         unreached: keys of completed steps whose compensation could not be called: the
             run that rolled back did not reach them (its block changed or ended early).
         skipped: keys of completed steps that have no compensation.
+        unresolved: keys of steps left in doubt that have a compensation: nobody knows
+            whether there is anything to undo, so the saga stays ROLLBACK_INCOMPLETE until
+            an operator resolves the step and the saga is run again.
 
     """
 
@@ -78,6 +82,7 @@ class SagaFailed(SafeError):  # noqa: N818 - the name users asked for
         in_doubt: tuple[str, ...] = (),
         unreached: tuple[str, ...] = (),
         skipped: tuple[str, ...] = (),
+        unresolved: tuple[str, ...] = (),
     ) -> None:
         """Report how saga ``saga_id`` was aborted and rolled back."""
         self.saga_id = saga_id
@@ -90,6 +95,7 @@ class SagaFailed(SafeError):  # noqa: N818 - the name users asked for
         self.in_doubt = in_doubt
         self.unreached = unreached
         self.skipped = skipped
+        self.unresolved = unresolved
         cause = _cause(step, outcome, reason)
         rollback = "fully rolled back" if self.fully_rolled_back else "NOT fully rolled back"
         parts = [
@@ -101,6 +107,7 @@ class SagaFailed(SafeError):  # noqa: N818 - the name users asked for
                 ("compensation IN DOUBT", in_doubt),
                 ("compensation NOT REACHED", unreached),
                 ("no compensation", skipped),
+                ("step IN DOUBT, compensation waits for its resolve", unresolved),
             ]
             if keys
         ]
@@ -108,8 +115,8 @@ class SagaFailed(SafeError):  # noqa: N818 - the name users asked for
 
     @property
     def fully_rolled_back(self) -> bool:
-        """Whether every completed step with a compensation was compensated."""
-        return not self.failed and not self.in_doubt and not self.unreached
+        """Whether every step that may have happened and has a compensation was compensated."""
+        return not (self.failed or self.in_doubt or self.unreached or self.unresolved)
 
 
 def _cause(step: str | None, outcome: Failed | InDoubt | None, reason: str | None) -> str:
@@ -118,6 +125,8 @@ def _cause(step: str | None, outcome: Failed | InDoubt | None, reason: str | Non
             return f"step {step!r} failed ({error_type}: {message})"
         case InDoubt():
             return f"step {step!r} is in doubt (not compensated)"
+        case None if step is not None:
+            return f"step {step!r} was in doubt until an operator resolved it"
         case None:
             return f"the saga block raised {reason}"
 
@@ -171,6 +180,8 @@ class Saga:
             from ``step`` when a step aborts it, and from the block's end when it raised.
         KeyConflictError: a re-run takes other steps than the ledger recorded; nothing new
             runs and nothing is compensated.
+        SafeError: from the block's end, when it ended without reaching every step an
+            earlier run recorded; the saga is not completed and stays running.
 
     """
 
@@ -248,6 +259,22 @@ class Saga:
         return "roll back"
 
     def _complete(self) -> None:
+        """Mark the saga COMPLETED, if this run reached every step the ledger recorded.
+
+        Raises:
+            SafeError: an earlier run recorded steps this run did not reach; the saga stays
+                RUNNING, with those steps accounted for.
+
+        """
+        if self._next_index < len(self._recorded):
+            missed = self._recorded[self._next_index :]
+            raise SafeError(
+                f"saga {self.saga_id!r} is not completed: its block ended after "
+                f"{self._next_index} steps, but an earlier run recorded "
+                f"{len(self._recorded)}; not reached: {', '.join(missed)}. It stays running: "
+                "run code that takes every recorded step, or raise in the block to roll the "
+                "saga back"
+            )
         self.store.move_saga(self.saga_id, SagaState.COMPLETED)
         self._state = SagaState.COMPLETED
 
@@ -572,10 +599,22 @@ def _report(
     """
     report: dict[str, list[str]] = {
         kind: []
-        for kind in ("compensated", "replayed", "failed", "in_doubt", "unreached", "skipped")
+        for kind in (
+            "compensated",
+            "replayed",
+            "failed",
+            "in_doubt",
+            "unreached",
+            "skipped",
+            "unresolved",
+        )
     }
     for key, undo in reversed(list(zip(saga.steps, saga.compensations, strict=True))):
         step = store.get(key)
+        if step is not None and step.state in UNSETTLED and undo is not None:
+            # It may have happened: the rollback is not done until someone knows.
+            report["unresolved"].append(key)
+            continue
         if step is None or step.state is not State.SUCCEEDED:
             continue
         if undo is None:
@@ -605,8 +644,8 @@ def _recorded_undo(record: Record | None) -> str:
 
 def _stored_outcome(store: Store, key: str | None) -> Failed | InDoubt | None:
     record = None if key is None else store.get(key)
-    if record is None or record.state is State.SUCCEEDED:
-        return None
+    if record is None or record.state in (State.SUCCEEDED, State.RELEASED):
+        return None  # never aborted, or an operator has resolved it since
     if record.state is State.FAILED:
         return failed_from(record)
     return in_doubt_from(record, record.doubt_reason or DoubtReason.CRASHED)

@@ -91,6 +91,7 @@ def describe(failure: SagaFailed) -> dict[str, object]:
         "failed": list(failure.failed),
         "in_doubt": list(failure.in_doubt),
         "skipped": list(failure.skipped),
+        "unresolved": list(failure.unresolved),
     }
 
 

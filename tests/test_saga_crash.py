@@ -62,18 +62,35 @@ def saga_ledger(any_ledger: str, tmp_path: Path) -> SagaLedger:
 
 def failed(step: str, outcome: str, **lists: list[str]) -> dict[str, object]:
     empty: dict[str, list[str]] = {
-        name: [] for name in ("compensated", "replayed", "failed", "in_doubt", "skipped")
+        name: []
+        for name in ("compensated", "replayed", "failed", "in_doubt", "skipped", "unresolved")
     }
     return {"result": "failed", "step": step, "outcome": outcome, **empty, **lists}
 
 
 def test_kill_inside_a_step_after_its_effect(saga_ledger: SagaLedger) -> None:
-    """Killed after send acted: the re-run finds send in doubt and undoes only the charge."""
+    """Killed after send acted: re-runs undo only the charge and leave the rollback incomplete."""
     saga_ledger.killed("--kill-at", "after_call:2")
     assert saga_ledger.saga_state() is SagaState.RUNNING
-    assert report(saga_ledger.run()) == failed(SEND, "InDoubt", compensated=[CHARGE])
-    assert report(saga_ledger.run()) == failed(SEND, "InDoubt", replayed=[CHARGE])
+    expected = failed(SEND, "InDoubt", compensated=[CHARGE], unresolved=[SEND])
+    assert report(saga_ledger.run()) == expected
+    expected = failed(SEND, "InDoubt", replayed=[CHARGE], unresolved=[SEND])
+    assert report(saga_ledger.run()) == expected
     assert saga_ledger.effects() == {CHARGE: 1, SEND: 1, LEDGER: 0, UNDO_CHARGE: 1, UNDO_SEND: 0}
+    assert saga_ledger.saga_state() is SagaState.ROLLBACK_INCOMPLETE
+
+
+def test_step_killed_after_its_effect_is_undone_once_resolved(saga_ledger: SagaLedger) -> None:
+    """Send, killed after acting and resolved happened=True, is undone once by the next re-run."""
+    saga_ledger.killed("--kill-at", "after_call:2")
+    saga_ledger.run()
+    with get_store(saga_ledger.location) as store:
+        store.resolve(SEND, happened=True, result="a@example.com")
+    resolved = "NoneType"  # the report's outcome: the step is no longer in doubt
+    expected = failed(SEND, resolved, compensated=[SEND], replayed=[CHARGE])
+    assert report(saga_ledger.run()) == expected
+    assert report(saga_ledger.run()) == failed(SEND, resolved, replayed=[SEND, CHARGE])
+    assert saga_ledger.effects() == {CHARGE: 1, SEND: 1, LEDGER: 0, UNDO_CHARGE: 1, UNDO_SEND: 1}
     assert saga_ledger.saga_state() is SagaState.COMPENSATED
 
 

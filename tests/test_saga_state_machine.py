@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, rule, run_state_machine_as_test
 
 from safeact import Saga, SagaFailed, SagaState, State, get_store
-from safeact._protocol import CALL_CHECKPOINTS, Checkpoint, checkpoint_hook
+from safeact._protocol import CALL_CHECKPOINTS, UNSETTLED, Checkpoint, checkpoint_hook
 from tests.actions import bury_owners
 from tests.conftest import new_ledger, require
 
@@ -101,6 +101,21 @@ class SagaMachine(RuleBasedStateMachine):
             ended = failure.saga_id
         assert ended in (list(range(STEPS)), saga_id)
 
+    @rule(saga_id=SAGAS)
+    def resolve(self, saga_id: str) -> None:
+        """An operator resolves the saga's in-doubt steps and undos by what really happened."""
+        saga = self.store.get_saga(saga_id)
+        for step in saga.steps if saga else ():
+            for key in (step, f"{step}:compensate"):
+                record = self.store.get(key)
+                if record is None or record.state not in UNSETTLED:
+                    continue
+                if self.runs[key]:
+                    value = None if key == f"{step}:compensate" else int(step.split(":")[1])
+                    self.store.resolve(key, happened=True, result=value)
+                else:
+                    self.store.resolve(key, happened=False)
+
     @invariant()
     def every_action_ran_at_most_once(self) -> None:
         assert all(count == 1 for count in self.runs.values()), self.runs
@@ -121,9 +136,20 @@ class SagaMachine(RuleBasedStateMachine):
                 assert len(succeeded) == STEPS
                 assert not any(self.runs[f"{key}:compensate"] for key in succeeded)
             if saga.state is SagaState.COMPENSATED:
-                assert all(self.runs[f"{key}:compensate"] == 1 for key in undone)
+                # Every undoable step that may have had an effect, in doubt or not, was undone.
+                acted = [key for key in saga.steps if self._acted(key)]
+                assert all(self.runs[f"{key}:compensate"] == 1 for key in acted), acted
             if saga.state is SagaState.ROLLBACK_INCOMPLETE:
                 assert all(self.runs[f"{key}:compensate"] <= 1 for key in undone)
+
+    def _acted(self, key: str) -> bool:
+        """Whether an undoable step's action really ran and did not fail."""
+        record = self.store.get(key)
+        return (
+            int(key.split(":")[1]) in UNDONE
+            and self.runs[key] == 1
+            and (record is None or record.state is not State.FAILED)
+        )
 
 
 class PostgresSagaMachine(SagaMachine):
