@@ -8,16 +8,17 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import re
 import threading
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
-from safeact._owner import Owner, is_gone
+from safeact._owner import Owner
 from safeact._protocol import Record, SagaState, State
 from safeact._schema import SCHEMA_VERSION, UNSETTLED_SQL
 from safeact._store import LEASE, Cursor, Store
@@ -30,8 +31,43 @@ __all__ = ["PostgresStore", "migrate_postgres"]
 
 T = TypeVar("T")
 
+logger = logging.getLogger("safeact")
+
 APPLICATION = "safeact"
 _MIGRATION_LOCK = 0x53414654  # "SAFT": one migrator at a time, across every worker
+
+# The sessions holding an advisory lock given as one bigint (shown as two 32-bit halves) in
+# this database; advisory locks are per database, pg_locks shows the whole server's.
+_HOLDERS = (
+    "SELECT pid FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 1 "
+    "AND database = (SELECT oid FROM pg_database WHERE datname = current_database()) "
+    "AND classid = %s::bigint::oid AND objid = %s::bigint::oid"
+)
+# The liveness session lives as long as its process, mostly idle. libpq's probes keep its
+# TCP connection open through firewalls and NAT, and show a dead server within a minute; a
+# connection string that sets one of these keeps its own value.
+_LIVENESS_CONNECT = {
+    "keepalives": "1",
+    "keepalives_idle": "30",
+    "keepalives_interval": "10",
+    "keepalives_count": "3",
+    "connect_timeout": "10",
+}
+# Set on the liveness session, whatever the server, database, role or connection string
+# say. No idle timeout may end it; the server's own probes end the session of a host that
+# vanished (its lock is then free); and only a session of this very process could hold the
+# lock, one that died but is not yet noticed by the server being let go within the lock
+# timeout. Settings the server does not know (idle_session_timeout before PostgreSQL 14)
+# are skipped.
+_LIVENESS_SETTINGS = """SELECT set_config(name, wanted.value, false) FROM (VALUES
+    ('idle_session_timeout', '0'),
+    ('idle_in_transaction_session_timeout', '0'),
+    ('tcp_keepalives_idle', '30'),
+    ('tcp_keepalives_interval', '10'),
+    ('tcp_keepalives_count', '3'),
+    ('lock_timeout', '30s')
+) AS wanted (name, value) JOIN pg_settings USING (name)"""
+
 
 _STATES = ", ".join(f"'{s.value}'" for s in State)
 _SAGA_STATES = ", ".join(f"'{s.value}'" for s in SagaState)
@@ -157,11 +193,18 @@ class PostgresStore(Store):
 
     ``dsn`` is a libpq connection string or ``postgresql://`` URL; the schema must have
     been created with ``safeact migrate DSN``. Each operation takes a connection from a
-    pool of at most ``pool_size``. Every commit is synchronous: a claim is on the server's
-    disk before the action runs. Owners are also known by a session-level advisory lock
-    that this process holds while the store is open: when its connection dies (the process
-    crashed, its host went away), the lock is released and other hosts see the owner gone
-    at once, without waiting for the lease. See ``Store`` for the other settings.
+    pool of at most ``pool_size``. A claim and a resolve commit with ``synchronous_commit``
+    on, set for their own transaction whatever the server, database, role or connection
+    string say: a claim is on the server's disk (and on a synchronous standby, if one is
+    configured) before the action runs. Outcomes, marks and lease renewals commit with it
+    off: a server crash may lose one, which leaves the key in doubt, never runs it twice.
+
+    Owners are also known by a session-level advisory lock that this process holds, on a
+    session of its own, from its first claim on. When that session ends, the lock is free
+    and other hosts see the owner lost at once, without waiting for the lease: a
+    suspicion, since an administrator, a proxy or a server restart also ends the session of
+    a live process (see ``owner_lost``). The heartbeat checks the session, logs its loss
+    and takes the lock again. See ``Store`` for the other settings.
 
     Raises:
         StoreError: the server cannot be reached, or the schema is missing or of another
@@ -202,23 +245,21 @@ class PostgresStore(Store):
         """The connection string, without its password."""
         return self._where
 
-    def owner_gone(self, owner: Owner) -> bool:
-        """Whether ``owner`` provably no longer runs.
+    def owner_lost(self, owner: Owner) -> bool:
+        """Whether ``owner``'s advisory lock on this database is free: suspicion, not proof.
 
-        On this host, its process is looked up; on any host, its advisory lock is tried:
-        free means the owner's database session has ended.
+        Free means the session that held it has ended. A crashed process's session ends (at
+        once on its host's death, or when the server's probes find the host gone), but so
+        does a live owner's when an administrator terminates it, a proxy or an idle timeout
+        drops it, or the server restarts; that owner takes its lock again at its next
+        heartbeat or claim. Read from ``pg_locks``: asking never takes the lock.
         """
-        if is_gone(owner, self.owner):
-            return True
-        lock = _owner_lock(owner)
+        halves = _halves(_owner_lock(owner))
 
-        def lock_is_free(connection: psycopg.Connection[Any]) -> bool:
-            free = connection.execute("SELECT pg_try_advisory_lock(%s)", (lock,)).fetchall()
-            if free == [(True,)]:
-                connection.execute("SELECT pg_advisory_unlock(%s)", (lock,))
-            return free == [(True,)]
+        def holders(connection: psycopg.Connection[Any]) -> list[Any]:
+            return connection.execute(_HOLDERS, halves).fetchall()
 
-        return self._repeatable(lock_is_free)
+        return self._repeatable(holders) == []
 
     def claim(
         self, key: str, tool: str, args_hash: str, *, attempt_id: str, previous: Record | None
@@ -237,7 +278,41 @@ class PostgresStore(Store):
         """
         self._after_fork()
         with self._errors():
-            _liveness.hold(self._dsn, _owner_lock(self.owner))
+            lost = _liveness.hold(self._dsn, _owner_lock(self.owner))
+        if lost:
+            self._report_lost("took its lock again")
+
+    def _check_liveness(self) -> None:
+        """Heartbeat: make sure this process's liveness session still holds its lock.
+
+        Only once this process has taken it on this database. A session that ended (an
+        administrator's ``pg_terminate_backend``, a proxy, a server restart) let the lock
+        go, and other hosts may have taken this live process's attempts for lost: that is
+        logged at ERROR on the ``safeact`` logger, and the lock is taken again at once,
+        without waiting for it. Never raises: a lock that cannot be taken again is logged
+        too, and the next beat or claim tries again.
+        """
+        if self._closed:
+            return
+        try:
+            lost = _liveness.check(self._dsn, _owner_lock(self.owner))
+        except (psycopg.Error, StoreError) as exc:
+            self._report_lost(f"could not take its lock again: {exc}")
+        else:
+            if lost:
+                self._report_lost("took its lock again")
+
+    def _report_lost(self, then: str) -> None:
+        owner = self.owner
+        logger.error(
+            "%s: the liveness session of this process (owner pid %d on host %r) had ended, "
+            "so its advisory lock was free and other hosts may have taken its attempts in "
+            "flight for lost; %s",
+            self._where,
+            owner.pid,
+            owner.host,
+            then,
+        )
 
     @contextlib.contextmanager
     def _transaction(self, *, sync: bool) -> Iterator[_Executor]:
@@ -247,11 +322,15 @@ class PostgresStore(Store):
         claim's winner is decided by the primary key (``ON CONFLICT DO NOTHING``). Writes
         that need not be synced (an outcome, a mark) commit without waiting for the server's
         disk; like SQLite's NORMAL, they survive a crash of this process, not of the server.
+        Synced ones set ``synchronous_commit`` on for their transaction, so that neither the
+        server, the database, the role nor the connection string can turn it off.
         """
         self._check_open()
         with contextlib.ExitStack() as held:
             connection = self._begin(held)
-            if not sync:
+            if sync:  # for this transaction: no server, role or DSN setting turns it off
+                connection.execute("SET LOCAL synchronous_commit = on")
+            else:
                 connection.execute("SET LOCAL synchronous_commit = off")
             yield _Executor(connection)
 
@@ -344,27 +423,77 @@ class _Liveness:
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._sessions: dict[tuple[int, str, int], psycopg.Connection[Any]] = {}
+        # None: the lock was held once, then lost, and could not be taken again yet.
+        self._sessions: dict[tuple[int, str, int], psycopg.Connection[Any] | None] = {}
 
-    def hold(self, dsn: str, lock: int) -> None:
-        """Hold ``lock`` on the database of ``dsn`` from a session of this process."""
+    def hold(self, dsn: str, lock: int) -> bool:
+        """Hold ``lock`` on the database of ``dsn``; return whether this process had lost it.
+
+        Waits for the lock up to the lock timeout.
+
+        Raises:
+            psycopg.Error: the server cannot be reached, or the lock was not granted in time.
+
+        """
+        return self._keep(dsn, lock, wait=True)
+
+    def check(self, dsn: str, lock: int) -> bool:
+        """Like ``hold``, without waiting, and only for a lock this process held there before.
+
+        Raises:
+            psycopg.Error: the server cannot be reached.
+            StoreError: another session holds the lock.
+
+        """
+        return self._keep(dsn, lock, wait=False)
+
+    def _keep(self, dsn: str, lock: int, *, wait: bool) -> bool:
         where = (os.getpid(), _database(dsn), lock)
         with self._lock:
-            session = self._sessions.get(where)
-            if session is not None and not session.closed:
-                try:
-                    # A session the server ended (idle, so nobody noticed) lost the lock.
-                    session.execute("SELECT 1")
-                except psycopg.OperationalError:
+            lost = where in self._sessions
+            if lost:
+                session = self._sessions[where]
+                if session is not None:
+                    if _holds(session, lock):
+                        return False
                     session.close()
-                else:
-                    return
-            session = psycopg.connect(dsn, autocommit=True)
-            # Only a session of this very process could hold it, and one that has died
-            # but not yet been noticed by the server is let go within this time.
-            session.execute("SET lock_timeout = '30s'")
+                self._sessions[where] = None
+            elif not wait:
+                return False  # never taken here: nothing to check
+            self._sessions[where] = _take(dsn, lock, wait=wait)
+            return lost
+
+
+def _holds(session: psycopg.Connection[Any], lock: int) -> bool:
+    """Whether ``session`` is alive and holds ``lock`` (a proxy may have swapped it)."""
+    try:
+        mine = session.execute(_HOLDERS + " AND pid = pg_backend_pid()", _halves(lock))
+        return mine.fetchall() != []
+    except psycopg.Error:
+        return False
+
+
+def _take(dsn: str, lock: int, *, wait: bool) -> psycopg.Connection[Any]:
+    """A new liveness session on the database of ``dsn``, holding ``lock``.
+
+    Raises:
+        psycopg.Error: the server cannot be reached, or (``wait``) the lock was not granted
+            within the lock timeout.
+        StoreError: (not ``wait``) another session holds the lock.
+
+    """
+    given = conninfo_to_dict(dsn)
+    options = {name: value for name, value in _LIVENESS_CONNECT.items() if name not in given}
+    session = psycopg.connect(make_conninfo(dsn, **options), autocommit=True)
+    with contextlib.ExitStack() as on_failure:
+        on_failure.callback(session.close)
+        session.execute(_LIVENESS_SETTINGS)
+        if wait:
             session.execute("SELECT pg_advisory_lock(%s)", (lock,))
-            self._sessions[where] = session
+        elif session.execute("SELECT pg_try_advisory_lock(%s)", (lock,)).fetchall() != [(True,)]:
+            raise StoreError(f"another session holds lock {lock}")
+        on_failure.pop_all()
+    return session
 
 
 _liveness = _Liveness()
@@ -409,12 +538,20 @@ def _owner_lock(owner: Owner) -> int:
     return int.from_bytes(hashlib.sha256(identity).digest()[:8], "big", signed=True)
 
 
+def _halves(lock: int) -> tuple[int, int]:
+    """The two 32-bit halves ``pg_locks`` shows a bigint advisory lock as."""
+    unsigned = lock & 0xFFFF_FFFF_FFFF_FFFF
+    return unsigned >> 32, unsigned & 0xFFFF_FFFF
+
+
 def _database(dsn: str) -> str:
-    """The database ``dsn`` names, whatever its session options (advisory locks span it)."""
+    """The database ``dsn`` names, whatever its user and session options.
+
+    Advisory locks span a database, whoever logs in: a second session of this process that
+    logs in as another role would wait for the first one's lock.
+    """
     parts = conninfo_to_dict(dsn)
-    return "|".join(
-        str(parts.get(name, "")) for name in ("host", "hostaddr", "port", "dbname", "user")
-    )
+    return "|".join(str(parts.get(name, "")) for name in ("host", "hostaddr", "port", "dbname"))
 
 
 def _without_password(dsn: str) -> str:

@@ -61,7 +61,7 @@ def test_killed_owner_on_another_host_is_in_doubt_at_once_on_postgres(
     owner.communicate()
     # A live owner would have kept this caller waiting 60 s and given "in_flight".
     outcome = report(run_child(postgres_ledger, effects, KEY, "--wait", "60"))
-    assert (outcome["kind"], outcome["reason"]) == ("InDoubt", DoubtReason.CRASHED.value)
+    assert (outcome["kind"], outcome["reason"]) == ("InDoubt", DoubtReason.SESSION_LOST.value)
     assert count_effects(effects, KEY) == 1
 
 

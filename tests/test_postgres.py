@@ -309,10 +309,10 @@ def fleet(dsn: str, effects: Path, hosts: list[str]) -> Iterator[dict[str, Worke
             worker.stop()
 
 
-def test_hosts_see_a_killed_host_crashed_through_postgres_and_run_every_key_once(
+def test_hosts_see_a_killed_host_lost_through_postgres_and_run_every_key_once(
     postgres_ledger: str, admin: Admin, tmp_path: Path
 ) -> None:
-    """Hosts see one SIGKILLed mid-action crashed by its session, not its lease; keys run once."""
+    """Hosts see one SIGKILLed mid-action lost by its session, not its lease; keys run once."""
     effects = tmp_path / "effects"
     keys = [f"order-{n}" for n in range(12)]
     hosts = ["host-a", "host-b", "host-c", "host-d"]
@@ -340,7 +340,7 @@ def test_hosts_see_a_killed_host_crashed_through_postgres_and_run_every_key_once
         ]
 
     for outcomes in seen:
-        assert outcomes["victim"] == {"kind": "InDoubt", "reason": "crashed"}
+        assert outcomes["victim"] == {"kind": "InDoubt", "reason": "session_lost"}
     assert count_effects(effects, "victim") == 1
     for key in keys:
         assert count_effects(effects, key) == 1, key
@@ -356,7 +356,7 @@ def test_hosts_see_a_killed_host_crashed_through_postgres_and_run_every_key_once
         record = store.get("victim")
         history = store.history("victim")
     assert record is not None
-    assert (record.state, record.doubt_reason) == (State.IN_DOUBT, DoubtReason.CRASHED)
+    assert (record.state, record.doubt_reason) == (State.IN_DOUBT, DoubtReason.SESSION_LOST)
     assert record.owner.host == "host-a"
     # Not the lease: it still had minutes to run. Not /proc: host-a is another host to all.
     assert record.lease_until > utc_now() + timedelta(seconds=LONG_LEASE / 2)
@@ -396,11 +396,14 @@ def test_sessions_cut_at_a_checkpoint_never_run_the_action_twice(
         if first.recorded:
             assert record.state is State.SUCCEEDED
             assert later == Succeeded("k", "host-a", replayed=True)
-        else:
-            assert record.state is State.ATTEMPTING
+        else:  # marked in doubt at once, on a fresh session
+            assert (record.state, record.doubt_reason) == (
+                State.IN_DOUBT,
+                DoubtReason.RESULT_NOT_STORED,
+            )
             assert f"{TOOL}: could not record succeeded for key 'k'" in caplog.text
             assert isinstance(later, InDoubt)
-            assert later.reason is DoubtReason.CRASHED
+            assert later.reason is DoubtReason.RESULT_NOT_STORED
     assert count_effects(effects, "k") == 1
 
 
@@ -422,7 +425,7 @@ def test_a_claim_cut_before_it_commits_raises_and_runs_nothing(
 def test_an_outcome_cut_before_it_commits_leaves_the_key_in_doubt(
     victim: Victim, observer: Store, tmp_path: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
-    """A connection cut while SUCCEEDED is recorded: recorded=False, later callers get InDoubt."""
+    """A connection cut while SUCCEEDED is recorded: recorded=False, the key marked in doubt."""
     effects = tmp_path / "effects"
     cutter = victim.cut_on_block()
     with (
@@ -435,13 +438,10 @@ def test_an_outcome_cut_before_it_commits_leaves_the_key_in_doubt(
     assert f"{TOOL}: could not record succeeded for key 'k'" in caplog.text
     record = observer.get("k")
     assert record is not None
-    assert record.state is State.ATTEMPTING
+    assert (record.state, record.doubt_reason) == (State.IN_DOUBT, DoubtReason.RESULT_NOT_STORED)
     later = charge(observer, effects)("k")
     assert isinstance(later, InDoubt)
-    assert later.reason is DoubtReason.CRASHED
-    record = observer.get("k")
-    assert record is not None
-    assert record.state is State.IN_DOUBT
+    assert later.reason is DoubtReason.RESULT_NOT_STORED
     assert count_effects(effects, "k") == 1
 
 
@@ -474,7 +474,7 @@ def test_many_pooled_sessions_cut_between_calls_do_not_break_the_next_call(
 def test_a_live_owner_whose_liveness_session_is_cut_still_runs_its_action_once(
     victim: Victim, observer: Store, tmp_path: Path
 ) -> None:
-    """An owner whose liveness session is cut mid-action looks crashed, yet its action runs once."""
+    """An owner whose liveness session is cut mid-action looks lost, yet its action runs once."""
     effects = tmp_path / "effects"
     seen: list[Outcome[str]] = []
 
@@ -486,7 +486,7 @@ def test_a_live_owner_whose_liveness_session_is_cut_still_runs_its_action_once(
 
     assert len(seen) == 1
     assert isinstance(seen[0], InDoubt)
-    assert seen[0].reason is DoubtReason.CRASHED  # wrongly, but it runs nothing
+    assert seen[0].reason is DoubtReason.SESSION_LOST  # a suspicion: it runs nothing
     assert outcome == Succeeded("k", "host-a")
     record = observer.get("k")
     assert record is not None
@@ -516,7 +516,7 @@ def test_an_owner_whose_liveness_session_was_cut_is_seen_alive_at_its_next_actio
     assert outcome == Succeeded("k", "host-a")
     assert len(seen) == 1
     assert isinstance(seen[0], InDoubt)
-    assert seen[0].reason is DoubtReason.IN_FLIGHT, "another host took a live owner for crashed"
+    assert seen[0].reason is DoubtReason.IN_FLIGHT, "another host took a live owner for lost"
     assert count_effects(effects, "k") == 1
 
 

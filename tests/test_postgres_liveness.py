@@ -1,0 +1,322 @@
+"""PostgreSQL session settings that must not weaken the ledger, and the liveness session.
+
+Synced commits turn ``synchronous_commit`` on whatever the server, role or connection
+string say. What that protects against, a crash of the server itself, cannot be made here
+(the server is shared by the whole suite): the tests read the setting each transaction
+commits with. The liveness session outlives idle timeouts; when it ends anyway, that is
+logged and its lock taken back; and a free lock is a suspicion (``owner_lost``), never
+proof (``owner_gone``). Sessions are ended with ``pg_terminate_backend`` and waited for by
+polling ``pg_stat_activity``, never by sleeping.
+"""
+
+import logging
+import os
+import socket
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psycopg
+import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+
+from safeact import Succeeded, get_store
+from safeact._owner import Owner, this_process
+from safeact._postgres import _database, _liveness, _owner_lock
+from safeact.postgres import PostgresStore
+from tests.conftest import POSTGRES
+from tests.test_postgres import DEADLINE, LONG_LEASE, Admin, charge, holders_of
+
+Role = Callable[[dict[str, str]], str]
+"""Makes a login role with these settings (``ALTER ROLE ... SET``); returns its DSN."""
+
+
+@pytest.fixture
+def admin(postgres_ledger: str) -> Iterator[Admin]:
+    """A session of the test's own, for looking at and ending the others."""
+    with psycopg.connect(postgres_ledger, autocommit=True) as connection:
+        yield connection
+
+
+@pytest.fixture
+def login_as(postgres_ledger: str, admin: Admin) -> Iterator[Role]:
+    """Make roles allowed to use the ledger; end their sessions and drop them afterwards."""
+    (schema,) = admin.execute("SELECT current_schema()").fetchone() or ("",)
+    made: list[str] = []
+
+    def make(settings: dict[str, str]) -> str:
+        role = f"safeact_role_{uuid.uuid4().hex[:12]}"
+        admin.execute(f"CREATE ROLE {role} LOGIN")
+        made.append(role)
+        for name, value in settings.items():
+            admin.execute(f"ALTER ROLE {role} SET {name} = '{value}'")
+        admin.execute(f"GRANT USAGE ON SCHEMA {schema} TO {role}")
+        admin.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA {schema} TO {role}")
+        admin.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA {schema} TO {role}")
+        return make_conninfo(postgres_ledger, user=role)
+
+    yield make
+    for role in made:
+        admin.execute(
+            "SELECT pg_terminate_backend(pid, %s) FROM pg_stat_activity WHERE usename = %s",
+            (int(DEADLINE * 1000), role),
+        )
+        admin.execute(f"DROP OWNED BY {role}")
+        admin.execute(f"DROP ROLE {role}")
+
+
+@pytest.fixture
+def host(admin: Admin) -> Iterator[str]:
+    """A host name of the test's own; its liveness session, kept by the process, ends after."""
+    name = f"host-{uuid.uuid4().hex[:12]}"
+    yield name
+    for pid in holders_of(admin, _owner_lock(this_process(name))):
+        terminate(admin, pid)
+
+
+@pytest.fixture
+def owner(postgres_ledger: str, host: str, tmp_path: Path) -> Iterator[PostgresStore]:
+    """A store of this process that has claimed once, so it holds its liveness lock."""
+    with PostgresStore(postgres_ledger, host=host, lease=LONG_LEASE) as store:
+        assert charge(store, tmp_path / "warm-up")("warm-up") == Succeeded("warm-up", host)
+        yield store
+
+
+@pytest.fixture(params=["connection string", "role"])
+def unsynced_dsn(request: pytest.FixtureRequest, postgres_ledger: str, login_as: Role) -> str:
+    """A DSN whose sessions start with synchronous_commit off: by its options, or its role's."""
+    if request.param == "role":
+        return login_as({"synchronous_commit": "off"})
+    options = conninfo_to_dict(postgres_ledger).get("options", "")
+    return make_conninfo(postgres_ledger, options=f"{options} -c synchronous_commit=off")
+
+
+def terminate(admin: Admin, pid: int) -> None:
+    """End session ``pid``; its locks are released when this returns."""
+    (ended,) = admin.execute(
+        "SELECT pg_terminate_backend(%s, %s)", (pid, int(DEADLINE * 1000))
+    ).fetchone() or (False,)
+    assert ended, f"session {pid} did not end"
+
+
+def wait_until_ended(admin: Admin, pid: int) -> None:
+    """Poll ``pg_stat_activity`` until session ``pid`` is gone."""
+    deadline = time.monotonic() + DEADLINE
+    while admin.execute("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (pid,)).fetchall():
+        assert time.monotonic() < deadline, f"session {pid} was never ended"
+        time.sleep(0.05)
+
+
+def liveness_session(store: PostgresStore, dsn: str) -> psycopg.Connection[tuple[object, ...]]:
+    """The session of this process that holds ``store``'s liveness lock (white-box)."""
+    session = _liveness._sessions[(os.getpid(), _database(dsn), _owner_lock(store.owner))]
+    assert session is not None
+    return session
+
+
+def errors(caplog: pytest.LogCaptureFixture) -> list[str]:
+    return [r.getMessage() for r in caplog.records if r.name == "safeact" and r.levelno >= 40]
+
+
+def test_a_synced_transaction_commits_with_synchronous_commit_on(unsynced_dsn: str) -> None:
+    """Inside a synced transaction synchronous_commit is on, though the session starts off."""
+    with PostgresStore(unsynced_dsn, lease=LONG_LEASE) as store:
+        assert store._read("SHOW synchronous_commit", ()) == [("off",)]
+        with store._transaction(sync=True) as db:
+            assert db.execute("SHOW synchronous_commit").fetchall() == [("on",)]
+
+
+def test_an_unsynced_transaction_commits_with_synchronous_commit_off(unsynced_dsn: str) -> None:
+    """Outcomes, marks and lease renewals commit with synchronous_commit off, as designed."""
+    with (
+        PostgresStore(unsynced_dsn, lease=LONG_LEASE) as store,
+        store._transaction(sync=False) as db,
+    ):
+        assert db.execute("SHOW synchronous_commit").fetchall() == [("off",)]
+
+
+def test_the_liveness_session_outlives_its_roles_idle_session_timeout(
+    login_as: Role, admin: Admin, host: str, tmp_path: Path
+) -> None:
+    """While the action runs, a role's 1 s idle timeout ends its other sessions, not this one."""
+    dsn = login_as({"idle_session_timeout": "1s"})
+    holders: list[list[int]] = []
+
+    def outlast_the_timeout(key: str) -> None:
+        lock = _owner_lock(this_process(host))
+        holders.append(holders_of(admin, lock))
+        # A session of the same role, opened after the liveness session last spoke: once the
+        # server has ended it for idling, the liveness session has idled longer.
+        idle = psycopg.connect(dsn, autocommit=True)
+        try:
+            wait_until_ended(admin, idle.info.backend_pid)
+        finally:
+            idle.close()
+        holders.append(holders_of(admin, lock))
+
+    with PostgresStore(dsn, host=host, lease=LONG_LEASE) as store:
+        outcome = charge(store, tmp_path / "effects", during=outlast_the_timeout)("k")
+    assert outcome == Succeeded("k", host)  # the test's own assertions in the action passed
+
+    before, after = holders
+    assert len(before) == 1
+    assert before == after
+
+
+@pytest.mark.parametrize(("dsn_sets", "idle"), [({}, 30), ({"keepalives_idle": "45"}, 45)])
+def test_the_liveness_session_sends_tcp_keepalives(
+    postgres_ledger: str, host: str, tmp_path: Path, dsn_sets: dict[str, str], idle: int
+) -> None:
+    """The liveness session probes its idle TCP connection, after 30 s unless the DSN says."""
+    dsn = make_conninfo(postgres_ledger, **dsn_sets)
+    with PostgresStore(dsn, host=host, lease=LONG_LEASE) as store:
+        charge(store, tmp_path / "effects")("k")
+        session = liveness_session(store, dsn)
+        with socket.fromfd(session.fileno(), socket.AF_INET, socket.SOCK_STREAM) as tcp:
+            probes = tcp.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE)
+            after = tcp.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE)
+    assert (1, idle) == (probes, after)
+
+
+def test_the_liveness_session_turns_off_its_roles_idle_timeouts(
+    login_as: Role, host: str, tmp_path: Path
+) -> None:
+    """A role's idle timeouts are off on the liveness session, and the server probes its client."""
+    names = ("idle_session_timeout", "idle_in_transaction_session_timeout", "tcp_keepalives_idle")
+    dsn = login_as(dict.fromkeys(names[:2], "1h"))
+    with PostgresStore(dsn, host=host, lease=LONG_LEASE) as store:
+        charge(store, tmp_path / "effects")("k")
+        session = liveness_session(store, dsn)
+        settings = session.execute(
+            "SELECT current_setting(%s), current_setting(%s), current_setting(%s)", names
+        ).fetchone()
+    assert settings == ("0", "0", "30")
+
+
+def test_a_check_takes_back_the_lock_of_an_ended_liveness_session_and_logs_it(
+    owner: PostgresStore, admin: Admin, caplog: pytest.LogCaptureFixture
+) -> None:
+    """After its liveness session was terminated, a check takes the lock again and logs an error."""
+    lock = _owner_lock(owner.owner)
+    (ended,) = holders_of(admin, lock)
+    terminate(admin, ended)
+    with caplog.at_level(logging.ERROR, logger="safeact"):
+        owner._check_liveness()
+    (now,) = holders_of(admin, lock)
+    assert now != ended
+    (message,) = errors(caplog)
+    assert f"{owner.location}: the liveness session" in message
+    assert f"pid {owner.owner.pid} on host {owner.owner.host!r}" in message
+    assert message.endswith("took its lock again")
+
+
+def test_a_check_of_a_held_lock_keeps_its_session_and_logs_nothing(
+    owner: PostgresStore, admin: Admin, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A check while the liveness session holds its lock changes nothing and logs nothing."""
+    lock = _owner_lock(owner.owner)
+    before = holders_of(admin, lock)
+    with caplog.at_level(logging.ERROR, logger="safeact"):
+        owner._check_liveness()
+    assert before == holders_of(admin, lock)
+    assert errors(caplog) == []
+
+
+def test_a_check_that_cannot_take_the_lock_back_logs_it_and_the_next_one_does(
+    owner: PostgresStore, admin: Admin, postgres_ledger: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A lock held elsewhere when the check comes is logged, not raised; the next check takes it."""
+    lock = _owner_lock(owner.owner)
+    (ended,) = holders_of(admin, lock)
+    terminate(admin, ended)
+    with psycopg.connect(postgres_ledger, autocommit=True) as squatter:
+        squatting = squatter.info.backend_pid
+        squatter.execute("SELECT pg_advisory_lock(%s)", (lock,))
+        with caplog.at_level(logging.ERROR, logger="safeact"):
+            owner._check_liveness()
+        assert [squatting] == holders_of(admin, lock)
+        squatter.execute("SELECT pg_advisory_unlock(%s)", (lock,))
+        owner._check_liveness()
+    assert [
+        f"could not take its lock again: another session holds lock {lock}",
+        "took its lock again",
+    ] == [message.rsplit("; ", 1)[1] for message in errors(caplog)]
+    (now,) = holders_of(admin, lock)
+    assert now not in {ended, squatting}
+
+
+def test_a_claim_that_finds_its_liveness_session_ended_logs_it_and_takes_the_lock_back(
+    owner: PostgresStore, admin: Admin, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A claim after the liveness session was terminated logs the loss and holds the lock again."""
+    lock = _owner_lock(owner.owner)
+    (ended,) = holders_of(admin, lock)
+    terminate(admin, ended)
+    with caplog.at_level(logging.ERROR, logger="safeact"):
+        charge(owner, tmp_path / "effects")("k")
+    (now,) = holders_of(admin, lock)
+    assert now != ended
+    (message,) = errors(caplog)
+    assert f"pid {owner.owner.pid} on host {owner.owner.host!r}" in message
+
+
+def test_an_owner_whose_liveness_session_ended_is_lost_but_not_gone(
+    owner: PostgresStore, admin: Admin, postgres_ledger: str
+) -> None:
+    """Another host calls an owner whose lock is free lost (a suspicion), never gone (proof)."""
+    with get_store(postgres_ledger, host="host-b", lease=LONG_LEASE) as observer:
+        before = observer.owner_lost(owner.owner)
+        (ended,) = holders_of(admin, _owner_lock(owner.owner))
+        terminate(admin, ended)
+        after = (observer.owner_lost(owner.owner), observer.owner_gone(owner.owner))
+    assert (before, after) == (False, (True, False))
+
+
+def test_an_owners_lock_held_in_another_database_does_not_make_it_look_alive(
+    postgres_ledger: str,
+) -> None:
+    """Advisory locks are per database: the owner's lock id held in another one is not its."""
+    stranger = Owner(host="host-z", boot_id=uuid.uuid4().hex, pid=1, started=1)
+    elsewhere = make_conninfo(POSTGRES, dbname="postgres")
+    with (
+        get_store(postgres_ledger, host="host-b", lease=LONG_LEASE) as observer,
+        psycopg.connect(elsewhere, autocommit=True) as other_database,
+    ):
+        other_database.execute("SELECT pg_advisory_lock(%s)", (_owner_lock(stranger),))
+        assert observer.owner_lost(stranger)
+
+
+def test_stores_of_one_process_logged_in_as_two_roles_share_its_liveness_lock(
+    postgres_ledger: str, login_as: Role, host: str, tmp_path: Path
+) -> None:
+    """A second store of the process, as another role, claims at once: one lock, one session."""
+    effects = tmp_path / "effects"
+    with (
+        PostgresStore(postgres_ledger, host=host, lease=LONG_LEASE) as first,
+        PostgresStore(login_as({}), host=host, lease=LONG_LEASE) as second,
+    ):
+        assert Succeeded("a", host) == charge(first, effects)("a")
+        assert Succeeded("b", host) == charge(second, effects)("b")
+
+
+def test_the_heartbeat_takes_back_the_lock_of_an_ended_liveness_session(
+    postgres_ledger: str, admin: Admin, host: str, tmp_path: Path
+) -> None:
+    """While an action runs, the heartbeat gives its terminated liveness session a successor."""
+    successors: list[list[int]] = []
+
+    def cut_then_wait_for_the_heartbeat(key: str) -> None:
+        lock = _owner_lock(this_process(host))
+        (ended,) = holders_of(admin, lock)
+        terminate(admin, ended)
+        deadline = time.monotonic() + DEADLINE
+        while holders_of(admin, lock) in ([], [ended]):
+            assert time.monotonic() < deadline, "the heartbeat never took the lock back"
+            time.sleep(0.05)
+        successors.append(holders_of(admin, lock))
+
+    with PostgresStore(postgres_ledger, host=host, lease=LONG_LEASE, heartbeat=0.1) as store:
+        outcome = charge(store, tmp_path / "effects", during=cut_then_wait_for_the_heartbeat)("k")
+    assert outcome == Succeeded("k", host)  # the test's own assertions in the action passed
+    assert [len(holders) for holders in successors] == [1]
