@@ -419,8 +419,10 @@ class Saga:
                 key,
                 f"is not step {index} of saga {self.saga_id!r}: an earlier run took {recorded!r}",
             )
-        # The ledger says this saga is being rolled back: finish that, start nothing new.
-        resume = self._state is SagaState.COMPENSATING and not _has_run(self.store, key)
+        # The ledger says this saga is being rolled back: finish that, start nothing new. A
+        # step is called only to replay its settled outcome: calling one in doubt could let
+        # its probe release it and run the action in a run meant to undo it.
+        resume = self._state is SagaState.COMPENSATING and not _settled(self.store, key)
         return _Pending(tool, key, undo, resume_rollback=resume)
 
     def _settle_step(self, pending: _Pending, outcome: Outcome[object]) -> object:
@@ -574,10 +576,10 @@ def _undo_kind(outcome: Outcome[object], record: Record | None) -> str:
             return "in_doubt"
 
 
-def _has_run(store: Store, key: str) -> bool:
-    """Whether a call with ``key`` was ever claimed and not released."""
+def _settled(store: Store, key: str) -> bool:
+    """Whether the call with ``key`` has an outcome to replay (it succeeded or failed)."""
     record = store.get(key)
-    return record is not None and record.state is not State.RELEASED
+    return record is not None and record.state in (State.SUCCEEDED, State.FAILED)
 
 
 def _failure_from_ledger(store: Store, saga: SagaRecord) -> SagaFailed:

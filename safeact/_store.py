@@ -73,7 +73,8 @@ class Executor(Protocol):
 
 _COLUMNS = (
     "key, tool, state, args_hash, attempt_id, attempted_at, owner_host, owner_boot, owner_pid, "
-    "owner_started, lease_until, finished_at, result, error_type, error_message, doubt_reason"
+    "owner_started, owner_machine, owner_pidns, lease_until, finished_at, result, error_type, "
+    "error_message, doubt_reason"
 )
 LEASE = 30.0
 """Default seconds an owner's claim stays alive without a heartbeat."""
@@ -327,6 +328,8 @@ class Store:
                 ``happened=False``, or cannot be stored.
 
         """
+        if happened and force:
+            raise ValueError("force=True goes with happened=False: happened=True needs no proof")
         if happened and result is _NO_RESULT:
             raise ValueError(
                 "happened=True needs result=, the value the tool would have returned "
@@ -566,6 +569,8 @@ class Store:
             owner.boot_id,
             owner.pid,
             owner.started,
+            owner.machine_id,
+            owner.pid_namespace,
             _time(lease_until),
         )
         event = Event(
@@ -584,14 +589,16 @@ class Store:
                 if not db.execute(
                     "INSERT INTO calls (key, tool, args_hash, state, attempt_id, "
                     "attempted_at, owner_host, owner_boot, owner_pid, owner_started, "
-                    "lease_until, schema_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                    "owner_machine, owner_pidns, lease_until, schema_version) "
+                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                     "ON CONFLICT (key) DO NOTHING",
                     (key, tool, args_hash, *attempt, SCHEMA_VERSION),
                 ).rowcount:
                     return None
             elif not db.execute(
                 "UPDATE calls SET state = ?, attempt_id = ?, attempted_at = ?, owner_host = ?, "
-                "owner_boot = ?, owner_pid = ?, owner_started = ?, lease_until = ?, "
+                "owner_boot = ?, owner_pid = ?, owner_started = ?, owner_machine = ?, "
+                "owner_pidns = ?, lease_until = ?, "
                 "finished_at = NULL, result = NULL, error_type = NULL, error_message = NULL, "
                 "doubt_reason = NULL WHERE key = ? AND state = ? AND attempt_id = ?",
                 (*attempt, key, State.RELEASED.value, previous.attempt_id),
@@ -628,10 +635,11 @@ class Store:
         try:
             yield
         finally:
-            # A child forked inside the action must not take the parent's copied lock.
-            self._after_fork()
-            with self._lock:
-                self._held.pop((record.key, record.attempt_id), None)
+            # A child forked inside the action unwinds through here: it leaves the parent's
+            # attempts (and the copy of a lock a parent thread may have held) alone.
+            if self._pid == os.getpid():
+                with self._lock:
+                    self._held.pop((record.key, record.attempt_id), None)
 
     def _stop_heartbeat(self, wait: float = 0.0) -> None:
         """Stop the heartbeat thread; wait up to ``wait`` seconds for it to end."""
@@ -1038,6 +1046,8 @@ _Row: TypeAlias = tuple[
     int,
     int,
     str,
+    str,
+    str,
     str | None,
     str | None,
     str | None,
@@ -1058,6 +1068,8 @@ def _record(row: _Row) -> Record:
         owner_boot,
         owner_pid,
         owner_started,
+        owner_machine,
+        owner_pidns,
         lease_until,
         finished_at,
         result,
@@ -1072,7 +1084,7 @@ def _record(row: _Row) -> Record:
         args_hash=args_hash,
         attempt_id=attempt_id,
         attempted_at=datetime.fromisoformat(attempted_at),
-        owner=Owner(owner_host, owner_boot, owner_pid, owner_started),
+        owner=Owner(owner_host, owner_boot, owner_pid, owner_started, owner_machine, owner_pidns),
         lease_until=datetime.fromisoformat(lease_until),
         finished_at=None if finished_at is None else datetime.fromisoformat(finished_at),
         result=None if result is None else json.loads(result),

@@ -270,8 +270,9 @@ class _Guard(Generic[T_co]):
             return False
         if not written:
             logger.error(
-                "%s: key %r was released and claimed again while this attempt ran; its %s "
-                "is kept in the ledger's late completions",
+                "%s: key %r moved on while this attempt ran (closed as happened by an "
+                "operator or a probe, or released and claimed again); its %s is kept in the "
+                "ledger's late completions",
                 self.name,
                 record.key,
                 state.value,
@@ -284,10 +285,8 @@ class _Guard(Generic[T_co]):
         Otherwise the key would look busy until its lease ran out, and then only suspect.
         A few short tries, each on a fresh connection; never raise.
         """
-        detail = (
-            f"the action {'ran' if state is State.SUCCEEDED else 'ended'} ({state.value}) "
-            f"but its outcome could not be stored: {_message(failure)}"
-        )
+        did = "raised" if state is State.FAILED else "ran"
+        detail = f"the action {did}, but its outcome could not be stored: {_message(failure)}"
         for pause in _UNRECORDED_RETRIES:
             time.sleep(pause)
             try:

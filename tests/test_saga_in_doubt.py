@@ -10,7 +10,18 @@ from collections import Counter
 
 import pytest
 
-from safeact import InDoubt, SafeError, Saga, SagaFailed, SagaState, Store
+from safeact import (
+    InDoubt,
+    NotHappened,
+    SafeError,
+    Saga,
+    SagaFailed,
+    SagaState,
+    Store,
+    Unknown,
+    Verdict,
+    safe,
+)
 
 NAN = float("nan")
 
@@ -207,3 +218,36 @@ def test_rerun_that_reaches_every_recorded_step_completes(store: Store) -> None:
     assert trip(store, effects, abort=False) == [500.0, 12.0]
     assert saga_state(store) is SagaState.COMPLETED
     assert effects.runs == Counter({CHARGE: 1, BOOK: 1})
+
+
+def test_rollback_rerun_never_runs_an_in_doubt_step(store: Store) -> None:
+    """A re-run taking a rollback up again never calls a step in doubt.
+
+    Its probe could otherwise release it and run the action in a run meant to undo it.
+    """
+    effects = Effects()
+    effects.interrupted.add(BOOK)
+    asked: list[str] = []
+
+    def probe(key: str, _receipt: InDoubt) -> Verdict[float]:
+        asked.append(key)
+        return NotHappened() if len(asked) > 1 else Unknown()
+
+    booking = safe(store, name="book", reconcile=probe)(effects.book)
+
+    def run() -> None:
+        with Saga("trip", store) as saga:
+            saga.step(effects.charge, 500, compensate=effects.refund)
+            saga.step(booking, 12, compensate=effects.cancel)
+
+    with pytest.raises(KeyboardInterrupt):
+        run()
+    with pytest.raises(SagaFailed):
+        run()  # the probe cannot tell: the saga rolls back, the step stays in doubt
+    assert (saga_state(store), asked) == (SagaState.ROLLBACK_INCOMPLETE, [BOOK])
+    with store._transaction(sync=False) as db:  # its owner is provably gone: proof
+        db.execute("UPDATE calls SET owner_started = -2 WHERE key = ?", (BOOK,))
+    with pytest.raises(SagaFailed) as caught:
+        run()
+    assert caught.value.unresolved == (BOOK,)
+    assert (asked, effects.runs[BOOK]) == ([BOOK], 0)
