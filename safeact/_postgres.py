@@ -151,8 +151,14 @@ _SCHEMA = (
     FOR EACH STATEMENT EXECUTE FUNCTION safeact_history_is_append_only()""",
 )
 
-_MIGRATIONS: dict[int, tuple[str, ...]] = {}
-"""PostgreSQL ledgers start at schema 2; later versions add their steps here."""
+_MIGRATIONS: dict[int, tuple[str, ...]] = {
+    # 2 -> 3: an owner's machine id and PID namespace (see safeact._schema).
+    2: (
+        "ALTER TABLE calls ADD COLUMN owner_machine TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE calls ADD COLUMN owner_pidns TEXT NOT NULL DEFAULT ''",
+    ),
+}
+"""PostgreSQL ledgers start at schema 2 (``_SCHEMA``); each later version adds its step."""
 _FIRST_VERSION = 2
 
 
@@ -533,8 +539,17 @@ def _version(connection: psycopg.Connection[Any], where: str) -> int:
 
 
 def _owner_lock(owner: Owner) -> int:
-    """The advisory lock id of ``owner``: 64 bits of a hash of its identity."""
-    identity = f"{owner.host}\0{owner.boot_id}\0{owner.pid}\0{owner.started}".encode()
+    """The advisory lock id of ``owner``: 64 bits of a hash of its identity.
+
+    The whole identity, machine id and PID namespace included: two processes with the same
+    host name, boot id and process id in two containers are two owners with two locks. An
+    owner without either (a row written by a safeact of schema 2, still running while its
+    ledger was migrated) keeps the lock id that safeact took.
+    """
+    parts = [owner.host, owner.boot_id, str(owner.pid), str(owner.started)]
+    if owner.machine_id or owner.pid_namespace:
+        parts += [owner.machine_id, owner.pid_namespace]
+    identity = "\0".join(parts).encode()
     return int.from_bytes(hashlib.sha256(identity).digest()[:8], "big", signed=True)
 
 

@@ -109,6 +109,12 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         """CREATE TRIGGER history_is_append_only_delete BEFORE DELETE ON history
         BEGIN SELECT RAISE(ABORT, 'the safeact history is append-only'); END""",
     ),
+    # 2 -> 3: an owner's machine id and PID namespace, so that only a process of its own
+    # machine and namespace judges it gone. Attempts from before are judged as they were.
+    2: (
+        "ALTER TABLE calls ADD COLUMN owner_machine TEXT NOT NULL DEFAULT ''",
+        "ALTER TABLE calls ADD COLUMN owner_pidns TEXT NOT NULL DEFAULT ''",
+    ),
 }
 
 SCHEMA_VERSION = 1 + len(_MIGRATIONS)

@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from safeact import SqliteStore, get_store, safe
+from safeact import SqliteStore, Store, get_store, safe
 from safeact.postgres import PostgresStore
 
 
@@ -59,3 +59,12 @@ def test_two_stores_of_one_process_share_its_liveness(postgres_ledger: str) -> N
         assert safe(second, name="b")(seven)("k2").unwrap() == 7
         first.close()
         assert not second.owner_gone(second.owner)
+
+
+def test_a_claims_owner_is_read_back_whole(store: Store) -> None:
+    """The owner's machine id and PID namespace are stored with a claim and read back."""
+    claimed = store.claim("k", "t", "h", attempt_id="a", previous=None)
+    assert claimed is not None
+    assert claimed.owner == store.owner
+    assert store.owner.pid_namespace
+    assert store.get("k") == claimed

@@ -407,7 +407,7 @@ def test_migrate_upgrades_an_old_ledger_that_ls_then_reads(tmp_path: Path) -> No
     ]
     connection.close()
     result = run("migrate", old)
-    assert result.stdout == f"migrated {old} from schema 1 to 2 (old file kept as {old}.v1.bak)\n"
+    assert result.stdout == f"migrated {old} from schema 1 to 3 (old file kept as {old}.v1.bak)\n"
     assert (tmp_path / "old.db.v1.bak").is_file()
     assert [row[0] for row in columns(run("ls", old).stdout.splitlines())] == ["KEY", *keys]
 
@@ -415,7 +415,7 @@ def test_migrate_upgrades_an_old_ledger_that_ls_then_reads(tmp_path: Path) -> No
 def test_migrate_of_a_current_ledger_changes_nothing(full: Path) -> None:
     """`migrate` of a ledger already at this schema says so and makes no backup."""
     result = run("migrate", full)
-    assert (result.returncode, result.stdout) == (0, f"{full} is already at schema 2\n")
+    assert (result.returncode, result.stdout) == (0, f"{full} is already at schema 3\n")
     assert not list(full.parent.glob("*.bak*"))
 
 

@@ -44,8 +44,8 @@ def empty_schema() -> Iterator[str]:
 def test_migrate_creates_the_schema_once(empty_schema: str) -> None:
     """`safeact migrate URL` creates the schema; a second run finds it current."""
     first, second = run("migrate", empty_schema), run("migrate", empty_schema)
-    assert (first.returncode, first.stdout) == (0, f"created schema 2 in {empty_schema}\n")
-    assert (second.returncode, second.stdout) == (0, f"{empty_schema} is already at schema 2\n")
+    assert (first.returncode, first.stdout) == (0, f"created schema 3 in {empty_schema}\n")
+    assert (second.returncode, second.stdout) == (0, f"{empty_schema} is already at schema 3\n")
 
 
 def test_a_database_without_the_schema_is_refused_with_the_fix(empty_schema: str) -> None:

@@ -8,18 +8,32 @@ from pathlib import Path
 
 import pytest
 
-from safeact import State, StoreError, Why, get_store, safe
+from safeact import DoubtReason, State, StoreError, Why, get_store, safe
+from safeact._owner import Owner
 from safeact._schema import SCHEMA_VERSION, migrate, prepare
 
 V1 = Path(__file__).with_name("data") / "ledger-v1.db"
 """A ledger written by safeact 0.1.0 (schema 1): keys paid-1 (succeeded, 5), declined-1
 (failed), doubt-1 (in doubt) and the saga order-1 (completed), all of tool tests.charge."""
+V2 = Path(__file__).with_name("data") / "ledger-v2.db"
+"""A ledger written at schema 2 (commit 4eacb99) by a process of host ledger-v2-host: keys
+paid-2 (succeeded, 5), declined-2 (failed), doubt-2 (in doubt, interrupted) and running-2
+(attempting; its process has long exited), all of tool tests.charge, with their history."""
+V2_OWNER = Owner("ledger-v2-host", "5a6463b3-ad0f-4727-9947-bbced0800950", 25926, 110924)
+"""Who wrote every key of V2: no machine id or PID namespace (schema 2 had none)."""
 
 
 @pytest.fixture
 def old_ledger(tmp_path: Path) -> Path:
     copy = tmp_path / "old.db"
     shutil.copyfile(V1, copy)
+    return copy
+
+
+@pytest.fixture
+def v2_ledger(tmp_path: Path) -> Path:
+    copy = tmp_path / "v2.db"
+    shutil.copyfile(V2, copy)
     return copy
 
 
@@ -175,3 +189,63 @@ def test_an_older_ledger_with_a_hot_wal_is_refused_without_a_checkpoint(old_ledg
     with pytest.raises(StoreError, match="older than this safeact"):
         get_store(old_ledger)
     assert (old_ledger.read_bytes(), wal.read_bytes()) == before
+
+
+def test_a_schema_2_ledger_is_refused_untouched(v2_ledger: Path) -> None:
+    """A ledger without owners' machine ids is refused, unchanged, until `safeact migrate`."""
+    before = v2_ledger.read_bytes()
+    with pytest.raises(StoreError, match=r"schema version 2, older .* `safeact migrate "):
+        get_store(v2_ledger)
+    assert v2_ledger.read_bytes() == before
+    assert version_of(v2_ledger) == 2
+
+
+def test_migrating_a_schema_2_ledger_keeps_its_keys_and_history(v2_ledger: Path) -> None:
+    """After migrate, every key and event is as it was; owners have no machine or namespace."""
+    assert migrate(v2_ledger) == (2, SCHEMA_VERSION)
+    assert version_of(v2_ledger.with_name("v2.db.v2.bak")) == 2
+    with get_store(v2_ledger, host="ledger-v2-host") as store:
+
+        @safe(store, name="tests.charge")
+        def charge(key: str, amount: int) -> int:
+            raise AssertionError
+
+        assert charge("paid-2", 5).unwrap() == 5
+        records = {record.key: record for record in store.records()}
+        assert {key: record.state for key, record in records.items()} == {
+            "declined-2": State.FAILED,
+            "doubt-2": State.IN_DOUBT,
+            "paid-2": State.SUCCEEDED,
+            "running-2": State.ATTEMPTING,
+        }
+        assert records["declined-2"].error_type == "ValueError"
+        assert records["doubt-2"].doubt_reason is DoubtReason.INTERRUPTED
+        assert {record.owner for record in records.values()} == {V2_OWNER}
+        assert [e.why for e in store.history("paid-2")] == [Why.CLAIMED, Why.RAN]
+        # An owner without a machine id is judged as before: by host name, boot and process.
+        assert store.owner_gone(records["running-2"].owner)
+
+
+def test_a_migrated_schema_2_ledger_has_the_schema_of_a_new_one(
+    v2_ledger: Path, ledger: Path
+) -> None:
+    """Migration from schema 2 and creation build the same tables, indexes and triggers."""
+    migrate(v2_ledger)
+    get_store(ledger).close()
+    assert schema_of(v2_ledger) == schema_of(ledger)
+    assert version_of(v2_ledger) == version_of(ledger) == SCHEMA_VERSION
+
+
+def test_a_claim_records_its_owners_machine_and_pid_namespace(ledger: Path) -> None:
+    """The columns new in schema 3 hold the claiming process's machine id and PID namespace."""
+    with get_store(ledger) as store:
+        claimed = store.claim("k", "t", "h", attempt_id="a", previous=None)
+        assert claimed is not None
+        assert store.get("k") == claimed
+    connection = sqlite3.connect(ledger)
+    try:
+        row = connection.execute("SELECT owner_machine, owner_pidns FROM calls").fetchone()
+    finally:
+        connection.close()
+    assert row == (claimed.owner.machine_id, claimed.owner.pid_namespace)
+    assert claimed.owner.pid_namespace

@@ -38,8 +38,8 @@ from safeact import (
     get_store,
     safe,
 )
-from safeact._owner import is_gone, this_process
-from safeact._postgres import _owner_lock
+from safeact._owner import Owner, is_gone, this_process
+from safeact._postgres import _SCHEMA, _owner_lock, migrate_postgres
 from safeact._protocol import CALL_CHECKPOINTS, Checkpoint, checkpoint_hook
 from safeact._schema import SCHEMA_VERSION
 from safeact._store import utc_now
@@ -565,3 +565,51 @@ def test_four_processes_migrating_at_once_create_the_schema_once(empty_schema: s
         assert store.records() == []
     with psycopg.connect(empty_schema) as connection:
         assert connection.execute("SELECT count(*) FROM safeact_meta").fetchone() == (1,)
+
+
+SCHEMA_2_ROW = (
+    "INSERT INTO calls (key, tool, args_hash, state, attempt_id, attempted_at, owner_host, "
+    "owner_boot, owner_pid, owner_started, lease_until, result, schema_version) VALUES "
+    "('paid', 'tests.charge', 'h', 'succeeded', 'a-1', '2026-01-01T00:00:00.000000+00:00', "
+    "'old-host', 'old-boot', 7, 70, '2026-01-01T00:00:30.000000+00:00', '5', 2)"
+)
+"""A key as a safeact of schema 2 wrote it: no owner machine id or PID namespace."""
+
+
+def columns_of(dsn: str) -> list[tuple[Any, ...]]:
+    """Every column of the ledger's tables: table, name, type, nullability and default."""
+    with psycopg.connect(dsn) as connection:
+        return connection.execute(
+            "SELECT table_name, column_name, data_type, is_nullable, column_default "
+            "FROM information_schema.columns WHERE table_schema = current_schema() "
+            "ORDER BY table_name, ordinal_position"
+        ).fetchall()
+
+
+def test_a_schema_2_database_is_refused_until_migrated_then_keeps_its_keys(
+    empty_schema: str, postgres_ledger: str
+) -> None:
+    """Schema 2 is refused, naming migrate; migrated, its keys are kept, with the new columns."""
+    with psycopg.connect(empty_schema) as connection:
+        for statement in _SCHEMA:  # what a safeact of schema 2 created
+            connection.execute(statement)
+        connection.execute("INSERT INTO safeact_meta (application, version) VALUES ('safeact', 2)")
+        connection.execute(SCHEMA_2_ROW)
+    with pytest.raises(
+        StoreError, match=r"schema version 2, this safeact needs 3.*safeact migrate"
+    ):
+        get_store(empty_schema)
+
+    assert migrate_postgres(empty_schema) == (2, SCHEMA_VERSION)
+    assert columns_of(empty_schema) == columns_of(postgres_ledger)
+    with get_store(empty_schema) as store:
+        old = store.get("paid")
+        assert old is not None
+        assert (old.state, old.result) == (State.SUCCEEDED, 5)
+        assert old.owner == Owner("old-host", "old-boot", 7, 70, machine_id="", pid_namespace="")
+        claimed = store.claim("new", "tests.charge", "h", attempt_id="a-2", previous=None)
+        assert claimed is not None
+        assert claimed.owner == store.owner
+        assert claimed.owner.pid_namespace
+        assert store.get("new") == claimed
+    assert migrate_postgres(empty_schema) == (SCHEMA_VERSION, SCHEMA_VERSION)

@@ -9,6 +9,7 @@ proof (``owner_gone``). Sessions are ended with ``pg_terminate_backend`` and wai
 polling ``pg_stat_activity``, never by sleeping.
 """
 
+import hashlib
 import logging
 import os
 import socket
@@ -17,6 +18,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
+import attrs
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -320,3 +322,18 @@ def test_the_heartbeat_takes_back_the_lock_of_an_ended_liveness_session(
         outcome = charge(store, tmp_path / "effects", during=cut_then_wait_for_the_heartbeat)("k")
     assert outcome == Succeeded("k", host)  # the test's own assertions in the action passed
     assert [len(holders) for holders in successors] == [1]
+
+
+def test_owners_apart_only_by_machine_or_pid_namespace_have_locks_of_their_own() -> None:
+    """Two containers' processes with one host name, boot id and pid are two liveness locks."""
+    me = this_process()
+    twins = [me, attrs.evolve(me, machine_id="another"), attrs.evolve(me, pid_namespace="1")]
+    assert len({_owner_lock(owner) for owner in twins}) == len(twins)
+
+
+def test_an_owner_without_machine_or_namespace_keeps_its_schema_2_lock() -> None:
+    """A row of schema 2 names the lock its owner took then, so a live one is not seen lost."""
+    old = Owner(host="h", boot_id="b", pid=7, started=70)
+    identity = f"{old.host}\0{old.boot_id}\0{old.pid}\0{old.started}".encode()  # as then
+    schema_2 = int.from_bytes(hashlib.sha256(identity).digest()[:8], "big", signed=True)
+    assert _owner_lock(old) == schema_2
