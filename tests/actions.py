@@ -48,3 +48,13 @@ def expire_leases(store: Store) -> None:
             "UPDATE calls SET lease_until = '2000-01-01T00:00:00.000000+00:00' "
             "WHERE state = 'attempting'"
         )
+
+
+def bury_attempt(store: Store, attempt_id: str) -> None:
+    """Make the owner of attempt ``attempt_id`` look dead, whatever state its row is in.
+
+    Like ``bury_owners``, for an owner whose key a caller has already marked in doubt (its
+    lease ran out) before its process died.
+    """
+    with store._transaction(sync=False) as db:
+        db.execute("UPDATE calls SET owner_started = -2 WHERE attempt_id = ?", (attempt_id,))
