@@ -17,19 +17,24 @@
 
 Two kinds of evidence can put a key in doubt, and they are kept apart:
 
-* **Proof** that the attempt is over: its owner recorded its own interruption after the
-  action's frame unwound (``INTERRUPTED``); its process is provably gone, seen from its own
-  host (``CRASHED``: no such process, a reused pid, a rebooted host). Any process on the
+* **Proof** that the attempt is over: its process is provably gone, seen from where it can be
+  seen (``CRASHED``: no such process, a reused pid, a rebooted host). Any process on the
   owner's host may record that proof in the row, for processes on other hosts to use.
 * **Suspicion**: the lease ran out (``LEASE_EXPIRED``: the owner may be frozen, swapped out
   or holding the GIL), or its liveness session on the database ended (``SESSION_LOST``: a
   pooler, an admin or an idle timeout may have cut a live owner's session).
+* **The owner's own word**, which no caller's suspicion replaces: it was interrupted
+  (``INTERRUPTED``) or its failure could not be stored (``FAILURE_NOT_STORED``) — its frame
+  unwound, but work it started (a thread, a task it handed off) may still run while its
+  process lives, so these are not proof either; or its action ran and only its result
+  could not be stored (``RESULT_NOT_STORED``).
 
-Doubt may come from either. A release — the one transition after which the action runs
+Doubt may come from any of them. A release — the one transition after which the action runs
 again — needs proof, checked under the row lock at the moment of the decision
-(``release_refusal``). Without proof only an operator's ``force=True`` releases, and the
-history says who asserted it. A key whose owner recorded that the action ran but its
-result could not be stored (``RESULT_NOT_STORED``) is never released: the ledger knows it ran.
+(``abandonment`` then ``release_refusal``). Without proof only an operator's ``force=True``
+releases, and the history says who asserted it. A key whose owner recorded that the action
+ran but its result could not be stored (``RESULT_NOT_STORED``) is never released: the
+ledger knows it ran.
 
 "Happened" needs no proof: it closes the key as SUCCEEDED, and from then on its replay
 never changes. An owner that wakes afterwards and completes has its word kept beside the
@@ -68,6 +73,7 @@ __all__ = [
     "JSON",
     "OWNER_KNOWS",
     "PROOF",
+    "SUSPICION",
     "Checkpoint",
     "Doubt",
     "DoubtReason",
@@ -146,19 +152,30 @@ class DoubtReason(enum.Enum):
     LEASE_EXPIRED = "lease_expired"
     """The owner stopped renewing its lease: frozen, cut off, or on a host that died."""
     INTERRUPTED = "interrupted"
-    """The action was interrupted (KeyboardInterrupt, SystemExit, task cancellation)."""
+    """The action was interrupted (KeyboardInterrupt, SystemExit, task cancellation).
+
+    Its frame unwound, but work it started (a thread, a handed-off task) may still run
+    while its process lives: not proof that the attempt is over.
+    """
     IN_FLIGHT = "in_flight"
     """The owner is alive and still running; the caller's wait ran out. Ask again later."""
     RESULT_NOT_STORED = "result_not_stored"
-    """The action ran (or raised), but its outcome could not be stored for replay."""
+    """The action returned, but its result could not be stored: it ran."""
     SESSION_LOST = "session_lost"
     """The owner's liveness session on the database ended: it crashed, or was cut off."""
+    FAILURE_NOT_STORED = "failure_not_stored"
+    """The action raised, but its failure could not be stored."""
 
 
-PROOF = frozenset({DoubtReason.CRASHED, DoubtReason.INTERRUPTED})
+PROOF = frozenset({DoubtReason.CRASHED})
 """Doubt reasons that prove the attempt is over: nothing of it is still running."""
 
-OWNER_KNOWS = frozenset({DoubtReason.INTERRUPTED, DoubtReason.RESULT_NOT_STORED})
+SUSPICION = frozenset({DoubtReason.LEASE_EXPIRED, DoubtReason.SESSION_LOST})
+"""Doubt reasons a caller infers from signs that an owner stopped; a frozen owner shows them."""
+
+OWNER_KNOWS = frozenset(
+    {DoubtReason.INTERRUPTED, DoubtReason.RESULT_NOT_STORED, DoubtReason.FAILURE_NOT_STORED}
+)
 """Doubt reasons only the owner itself records: a caller's suspicion never replaces them."""
 
 
@@ -245,16 +262,17 @@ def abandonment(
 
     An IN_DOUBT key needs one; so does an ATTEMPTING key whose owner is provably gone
     (``owner_gone``: proof), whose lease ran out, or whose liveness session is lost
-    (``owner_lost``: suspicion), checked in that order. An IN_DOUBT key in doubt on
-    suspicion whose owner is now provably gone reports ``CRASHED``: the caller records
-    that proof. An ATTEMPTING key under a live owner, and a settled key, need none.
+    (``owner_lost``: suspicion), checked in that order. An IN_DOUBT key whose owner is now
+    provably gone reports ``CRASHED``, for the caller to record that proof, unless it is
+    known to have run (``RESULT_NOT_STORED``). An ATTEMPTING key under a live owner, and a
+    settled key, need none.
     """
     match record.state:
         case State.IN_DOUBT:
             reason = record.doubt_reason or DoubtReason.CRASHED
-            if reason in PROOF or reason in OWNER_KNOWS or not owner_gone(record.owner):
+            if reason in (DoubtReason.CRASHED, DoubtReason.RESULT_NOT_STORED):
                 return reason
-            return DoubtReason.CRASHED
+            return DoubtReason.CRASHED if owner_gone(record.owner) else reason
         case State.ATTEMPTING if owner_gone(record.owner):
             return DoubtReason.CRASHED
         case State.ATTEMPTING if record.lease_until <= now:
@@ -266,20 +284,26 @@ def abandonment(
 
 
 def may_mark(record: Record, reason: DoubtReason) -> bool:
-    """Whether marking ``record`` IN_DOUBT for ``reason`` changes what the ledger knows.
+    """Whether marking ``record`` IN_DOUBT for ``reason`` adds to what the ledger knows.
 
     An ATTEMPTING row may be marked for any reason. An IN_DOUBT row is marked again only to
-    record more than it holds: proof over suspicion, or the owner's own word (interrupted,
-    result not stored) over a caller's. Nothing else is ever marked.
+    record more than it holds: that the action ran (over anything), proof (over anything
+    but that), or the owner's own word over a caller's suspicion. A RELEASED row still at
+    the attempt (released by force while its owner ran) takes the owner's own word, so an
+    owner that wakes can still keep its key from running twice. Nothing else is marked.
     """
     match record.state:
         case State.ATTEMPTING:
             return True
         case State.IN_DOUBT:
             held = record.doubt_reason or DoubtReason.CRASHED
-            if held in OWNER_KNOWS or held == reason:
+            if held in (reason, DoubtReason.RESULT_NOT_STORED):
                 return False
-            return reason in OWNER_KNOWS or (reason in PROOF and held not in PROOF)
+            if reason in PROOF or reason is DoubtReason.RESULT_NOT_STORED:
+                return True
+            return reason in OWNER_KNOWS and held in SUSPICION
+        case State.RELEASED:
+            return reason in OWNER_KNOWS
         case _:
             return False
 
@@ -292,28 +316,45 @@ class Refusal:
     forceable: bool
 
 
-def release_refusal(record: Record, *, owner_gone: bool) -> Refusal | None:
-    """Why ``record``'s attempt may not be released now, or ``None`` if it may.
+_NOT_PROOF = {
+    DoubtReason.LEASE_EXPIRED: "its lease ran out, as a frozen or cut-off owner's also does",
+    DoubtReason.SESSION_LOST: (
+        "its database session ended, as a pooler, an administrator or an idle timeout also "
+        "makes a live owner's session end"
+    ),
+    DoubtReason.INTERRUPTED: (
+        "it was interrupted, and work it started (a thread, a handed-off task) may still run "
+        "while its process lives"
+    ),
+    DoubtReason.FAILURE_NOT_STORED: (
+        "its action raised but the failure could not be stored, and work it started may "
+        "still run while its process lives"
+    ),
+    DoubtReason.IN_FLIGHT: "it is still running",
+}
 
-    A release lets the action run again, so it needs proof that nothing of this attempt is
-    still running: the owner's own record of its interruption, a recorded ``CRASHED``, or
-    ``owner_gone`` (its process provably gone, checked now, under the row lock). A lease
-    that ran out or a lost session is only suspicion: an operator may force it. A key whose
-    action is known to have run (``RESULT_NOT_STORED``) is never released.
+
+def release_refusal(record: Record, reason: DoubtReason) -> Refusal | None:
+    """Why ``record``'s attempt, abandoned for ``reason``, may not be released; None if it may.
+
+    ``reason`` is what ``abandonment`` finds on the row as locked for the release, with the
+    owner looked up then. A release lets the action run again, so it needs proof that
+    nothing of the attempt still runs: its owner provably gone (``CRASHED``, recorded or
+    seen now). Suspicion and the owner's word that it was interrupted are not proof: an
+    operator may force them. A key known to have run (``RESULT_NOT_STORED``) is never
+    released.
     """
-    reason = record.doubt_reason if record.state is State.IN_DOUBT else None
+    if reason in PROOF:
+        return None
     if reason is DoubtReason.RESULT_NOT_STORED:
         return Refusal(
-            "its action ran (its outcome could not be stored): it can only be resolved as happened",
+            "its action ran (its result could not be stored): it can only be resolved as happened",
             forceable=False,
         )
-    if reason in PROOF or owner_gone:
-        return None
     owner = record.owner
-    why = "its lease ran out" if reason is None else f"it is in doubt ({reason.value})"
     return Refusal(
         f"its owner, process {owner.pid} on host {owner.host!r}, is not proven finished: "
-        f"{why}, which a frozen or cut-off process that may still act also shows",
+        f"{_NOT_PROOF[reason]}",
         forceable=True,
     )
 

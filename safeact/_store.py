@@ -344,12 +344,6 @@ class Store:
                 f"cannot resolve key {key!r}: attempt {attempt_id} is over, the key is now at "
                 f"attempt {record.attempt_id}; check that attempt, then resolve it"
             )
-        if self._abandonment(record, utc_now()) is None:
-            raise SafeError(
-                f"cannot resolve key {key!r}: its action is running right now (process "
-                f"{record.owner.pid} on {record.owner.host}, lease until "
-                f"{_time(record.lease_until)}); wait for its outcome"
-            )
         to = State.SUCCEEDED if happened else State.RELEASED
         done = self.settle(
             record, to, stored, why=Why.RESOLVED, note=note, operator=True, force=force
@@ -357,7 +351,7 @@ class Store:
         if isinstance(done, Refusal):
             if done.forceable:
                 raise NotProvenError(key, done.reason)
-            raise SafeError(f"cannot release key {key!r}: {done.reason}")
+            raise SafeError(f"cannot resolve key {key!r}: {done.reason}")
         if done is None:
             raise SafeError(
                 f"cannot resolve key {key!r}: it changed while being resolved; look at it again"
@@ -395,8 +389,16 @@ class Store:
                 or current.state not in UNSETTLED
             ):
                 return None
+            reason = self._abandonment(current, utc_now())
+            if reason is None:
+                owner = current.owner
+                return Refusal(
+                    f"its action is running right now (process {owner.pid} on {owner.host}, "
+                    f"lease until {_time(current.lease_until)}); wait for its outcome",
+                    forceable=False,
+                )
             if to is State.RELEASED:
-                refusal = release_refusal(current, owner_gone=self.owner_gone(current.owner))
+                refusal = release_refusal(current, reason)
                 if refusal is not None and not (force and refusal.forceable):
                     return refusal
                 if refusal is not None:

@@ -280,20 +280,23 @@ class _Guard(Generic[T_co]):
         return True
 
     def _unrecorded(self, record: Record, state: State, failure: Exception) -> None:
-        """Mark an attempt whose outcome could not be written IN_DOUBT (result not stored).
+        """Mark an attempt whose outcome could not be written IN_DOUBT (not stored).
 
         Otherwise the key would look busy until its lease ran out, and then only suspect.
         A few short tries, each on a fresh connection; never raise.
         """
         did = "raised" if state is State.FAILED else "ran"
         detail = f"the action {did}, but its outcome could not be stored: {_message(failure)}"
+        reason = (
+            DoubtReason.FAILURE_NOT_STORED
+            if state is State.FAILED
+            else DoubtReason.RESULT_NOT_STORED
+        )
         for pause in _UNRECORDED_RETRIES:
             time.sleep(pause)
             try:
                 self.store._reset_connection()  # noqa: SLF001 - the tool and its store are one
-                self.store.mark_in_doubt(
-                    record.key, record.attempt_id, DoubtReason.RESULT_NOT_STORED, detail=detail
-                )
+                self.store.mark_in_doubt(record.key, record.attempt_id, reason, detail=detail)
             except Exception:  # noqa: BLE001, S112 - logged once below if every try fails
                 continue
             return

@@ -4,6 +4,8 @@ In-process, on both backends. The real-process versions (a frozen owner, a GIL-h
 owner, a forked child, a cut liveness session) are in test_release.py.
 """
 
+import asyncio
+import threading
 from pathlib import Path
 
 import pytest
@@ -24,6 +26,7 @@ from safeact import (
     safe,
 )
 from safeact._cli import main
+from safeact._protocol import Refusal
 from tests.actions import expire_leases
 
 
@@ -85,12 +88,85 @@ def test_proof_is_checked_when_the_release_is_decided(store: Store) -> None:
         store.resolve("k", happened=False)
 
 
-def test_an_interrupted_owner_is_proof(store: Store) -> None:
-    """An owner that recorded its own interruption is finished: no force is needed."""
+def test_an_interrupted_owner_is_not_proof_while_its_process_lives(store: Store) -> None:
+    """An interruption is the owner's word, not proof: work it started may still run."""
     record = store.claim("k", "act", "h", attempt_id="a1", previous=None)
     assert record is not None
     assert store.mark_in_doubt("k", "a1", DoubtReason.INTERRUPTED)
+    with pytest.raises(NotProvenError, match="interrupted"):
+        store.resolve("k", happened=False)
+    bury(store, "k")
     assert store.resolve("k", happened=False).state is State.RELEASED
+
+
+def test_a_cancelled_async_action_whose_work_runs_on_is_not_released(store: Store) -> None:
+    """A cancelled action's thread may still act: a probe's 'not happened' is withheld."""
+    effects: list[str] = []
+    started, go = threading.Event(), threading.Event()
+
+    def send(key: str) -> None:
+        started.set()
+        go.wait(10)
+        effects.append(key)
+
+    def probe(key: str, _receipt: InDoubt) -> Verdict[None]:
+        return Happened(None) if key in effects else NotHappened()
+
+    @safe(store, name="pay", reconcile=probe)
+    async def pay(key: str) -> None:
+        await asyncio.to_thread(send, key)
+
+    async def cancel_then_retry() -> object:
+        task = asyncio.ensure_future(pay("k"))
+        await asyncio.to_thread(started.wait, 10)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        return await pay("k")
+
+    outcome = asyncio.run(cancel_then_retry())
+    go.set()
+    assert isinstance(outcome, InDoubt)
+    assert outcome.reason is DoubtReason.INTERRUPTED
+    assert outcome.note is not None
+    assert "not applied" in outcome.note
+    record = store.get("k")
+    assert record is not None
+    assert record.state is State.IN_DOUBT
+
+
+def test_an_owner_marks_its_key_released_by_force_while_it_ran(store: Store) -> None:
+    """An owner interrupted after a forced release still keeps its key from running again."""
+    suspect(store)
+    store.resolve("k", happened=False, force=True)
+    assert store.mark_in_doubt("k", "a1", DoubtReason.INTERRUPTED)
+    record = store.get("k")
+    assert record is not None
+    assert (record.state, record.doubt_reason) == (State.IN_DOUBT, DoubtReason.INTERRUPTED)
+
+
+def test_a_failure_not_stored_is_released_only_on_proof(store: Store) -> None:
+    """An action that raised, unrecorded, may be released once its owner is proven gone."""
+    store.claim("k", "act", "h", attempt_id="a1", previous=None)
+    assert store.mark_in_doubt("k", "a1", DoubtReason.FAILURE_NOT_STORED, detail="disk full")
+    with pytest.raises(NotProvenError, match="raised"):
+        store.resolve("k", happened=False)
+    bury(store, "k")
+    assert store.resolve("k", happened=False).state is State.RELEASED
+
+
+def test_a_settle_on_an_owner_alive_again_is_refused(store: Store) -> None:
+    """The owner's liveness is looked at again under the row lock, not taken from a read."""
+    suspect(store)
+    stale = store.get("k")
+    assert stale is not None
+    store.renew("k", "a1", "2999-01-01T00:00:00.000000+00:00")  # its heartbeat came back
+    refused = store.settle(stale, State.SUCCEEDED, "1", why=Why.RESOLVED, note=None)
+    assert isinstance(refused, Refusal)
+    assert "running right now" in refused.reason
+    current = store.get("k")
+    assert current is not None
+    assert current.state is State.ATTEMPTING
 
 
 def test_a_result_not_stored_key_is_never_released(store: Store) -> None:

@@ -53,7 +53,7 @@ def test_a_failure_that_cannot_be_recorded_says_so(
     monkeypatch.undo()
     record = store.get("k")
     assert record is not None
-    assert (record.state, record.doubt_reason) == (State.IN_DOUBT, DoubtReason.RESULT_NOT_STORED)
+    assert (record.state, record.doubt_reason) == (State.IN_DOUBT, DoubtReason.FAILURE_NOT_STORED)
     assert "could not be stored: connection lost" in (record.error_message or "")
 
 

@@ -114,7 +114,7 @@ class SagaMachine(RuleBasedStateMachine):
                     value = None if key == f"{step}:compensate" else int(step.split(":")[1])
                     self.store.resolve(key, happened=True, result=value)
                 else:
-                    self.store.resolve(key, happened=False)
+                    self.store.resolve(key, happened=False, force=True)  # its run is over
 
     @invariant()
     def every_action_ran_at_most_once(self) -> None:
