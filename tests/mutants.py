@@ -36,6 +36,7 @@ SAGA = [
     "tests/test_saga_async.py",
     "tests/test_saga_crash.py",
     "tests/test_saga_state_machine.py",
+    "tests/test_saga_in_doubt.py",
 ]
 RUN_BY_CLAIM = """                case Run(previous):
                     claimed = self._attempt(digest, previous, key)
@@ -51,16 +52,22 @@ DECIDE_UNSETTLED = "return Wait(record) if reason is None else Doubt(record, rea
 CLAIM_RELEASED = "(*attempt, key, State.RELEASED.value, previous.attempt_id),"
 CLAIM_ANY = "(*attempt, key, previous.state.value, previous.attempt_id),"
 RELEASE = [
-    *CORE,
     "tests/test_protocol.py",
     "tests/test_proof.py",
-    "tests/test_release.py",
+    "tests/test_state_machine.py",
 ]
-"""The tests of the release rule: a key is released only when its owner is proven finished."""
-PROVEN = "    if reason in PROOF or owner_gone:\n        return None"
+"""The tests of the release rule: a key is released only when its owner is proven finished.
+
+Fast ones only (seconds, both backends): the real-process tests in test_release.py guard the
+same rules, and run in the suite; a mutant needs one red test, not all of them.
+"""
+PROVEN = "    if reason in PROOF:\n        return None"
 NOT_STORED = 'as happened",\n            forceable=False,'
 OWNER_WRITES = "_OWNER_WRITES = frozenset({State.ATTEMPTING, State.IN_DOUBT, State.RELEASED})"
 PROBE_RELEASE = "done = store.settle(record, State.RELEASED, None, why=Why.RECONCILED, note=said)"
+SETTLE_RECHECK = (
+    "            reason = self._abandonment(current, utc_now())\n            if reason is None:\n"
+)
 CRASH_PROOF = (
     "            if reason is DoubtReason.CRASHED and not self.owner_gone(current.owner):\n"
     "                return False\n"
@@ -220,10 +227,7 @@ MUTANTS = [
             Edit(
                 "safeact/_protocol.py",
                 PROVEN,
-                PROVEN.replace(
-                    "or owner_gone:",
-                    "or owner_gone or reason in (None, DoubtReason.LEASE_EXPIRED):",
-                ),
+                PROVEN.replace("in PROOF:", "in PROOF | {DoubtReason.LEASE_EXPIRED}:"),
             )
         ],
         RELEASE,
@@ -242,7 +246,7 @@ MUTANTS = [
                 "    return record.owner.pid == pid or True",
             )
         ],
-        RELEASE,
+        [*RELEASE, "tests/test_release.py"],
     ),
     Mutant(
         "swap a late completion into a settled key",
@@ -281,6 +285,110 @@ MUTANTS = [
             )
         ],
         RELEASE,
+    ),
+    Mutant(
+        "take an owner's interruption for proof that it is finished",
+        [
+            Edit(
+                "safeact/_protocol.py",
+                "PROOF = frozenset({DoubtReason.CRASHED})",
+                "PROOF = frozenset({DoubtReason.CRASHED, DoubtReason.INTERRUPTED})",
+            )
+        ],
+        ["tests/test_protocol.py", "tests/test_proof.py"],
+    ),
+    Mutant(
+        "settle a key on an old read, though its owner is alive again",
+        [
+            Edit(
+                "safeact/_store.py",
+                SETTLE_RECHECK,
+                SETTLE_RECHECK.replace("if reason is None", "if False"),
+            )
+        ],
+        ["tests/test_proof.py", "tests/test_ledger.py"],
+    ),
+    Mutant(
+        "take a process hidden from /proc for a dead one",
+        [
+            Edit(
+                "safeact/_owner.py",
+                "    if started is None:\n        return _no_such_process(owner.pid)\n",
+                "    if started is None:\n        return True\n",
+            )
+        ],
+        ["tests/test_owner.py"],
+    ),
+    Mutant(
+        "judge an owner in another PID namespace by a process id of ours",
+        [
+            Edit(
+                "safeact/_owner.py",
+                "    if not _same(owner.pid_namespace, here.pid_namespace):\n",
+                "    if False:\n",
+            )
+        ],
+        ["tests/test_owner.py"],
+    ),
+    Mutant(
+        "count a saga step in doubt as rolled back",
+        [
+            Edit(
+                "safeact/_saga.py",
+                'report["unresolved"].append(key)',
+                "pass  # nobody knows: nothing to undo",
+            )
+        ],
+        SAGA,
+    ),
+    Mutant(
+        "complete a saga whose re-run did not reach a recorded step",
+        [
+            Edit(
+                "safeact/_saga.py",
+                "if self._next_index < len(self._recorded):",
+                "if self._next_index < len(self._completed):",
+            )
+        ],
+        SAGA,
+    ),
+    Mutant(
+        "call a step in doubt while a saga's rollback is taken up again",
+        [
+            Edit(
+                "safeact/_saga.py",
+                "return record is not None and record.state in (State.SUCCEEDED, State.FAILED)",
+                "return record is not None and record.state is not State.RELEASED",
+            )
+        ],
+        SAGA,
+    ),
+    Mutant(
+        "claim with the server's synchronous_commit",
+        [
+            Edit(
+                "safeact/_postgres.py",
+                'connection.execute("SET LOCAL synchronous_commit = on")',
+                'connection.execute("SET LOCAL synchronous_commit = DEFAULT")',
+            )
+        ],
+        ["tests/test_postgres_liveness.py"],
+    ),
+    Mutant(
+        "let a role's idle timeout end the liveness session",
+        [Edit("safeact/_postgres.py", "    ('idle_session_timeout', '0'),\n", "")],
+        ["tests/test_postgres_liveness.py"],
+    ),
+    Mutant(
+        "never take a lost liveness lock back",
+        [
+            Edit(
+                "safeact/_postgres.py",
+                "return self._keep(dsn, lock, wait=False)",
+                "return False",
+            )
+        ],
+        ["tests/test_postgres_liveness.py"],
     ),
     Mutant(
         "leave a key whose outcome could not be written looking busy",

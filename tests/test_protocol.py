@@ -15,7 +15,6 @@ from safeact._protocol import (
     Checkpoint,
     Doubt,
     Record,
-    Refusal,
     abandonment,
     check_resolvable,
     checkpoint,
@@ -126,62 +125,44 @@ def lost(owner: Owner) -> bool:
     return True
 
 
-@pytest.mark.parametrize("reason", sorted(PROOF, key=str))
-def test_a_release_is_allowed_on_recorded_proof(reason: DoubtReason) -> None:
-    """A key in doubt because its owner crashed or was interrupted may be released."""
-    assert release_refusal(in_doubt(reason), owner_gone=False) is None
+NOT_PROOF = {
+    DoubtReason.LEASE_EXPIRED: "lease ran out",
+    DoubtReason.SESSION_LOST: "session ended",
+    DoubtReason.INTERRUPTED: "interrupted",
+    DoubtReason.FAILURE_NOT_STORED: "raised",
+}
 
 
-@pytest.mark.parametrize("record", [LEASE_OUT, *map(in_doubt, SUSPICION)], ids=str)
-def test_a_release_is_allowed_when_the_owner_is_gone_now(record: Record) -> None:
-    """An owner provably gone now is proof, whatever made the key suspect."""
-    assert release_refusal(record, owner_gone=True) is None
+def test_a_release_is_allowed_on_proof() -> None:
+    """An owner provably gone (recorded, or seen now) is proof: the release goes through."""
+    assert release_refusal(in_doubt(DoubtReason.CRASHED), DoubtReason.CRASHED) is None
 
 
-def test_a_release_on_a_lease_that_ran_out_is_refused_but_forceable() -> None:
-    """A lease that ran out is suspicion: the refusal names the owner and may be forced."""
-    expected = Refusal(
-        "its owner, process 7 on host 'h', is not proven finished: its lease ran out, which a "
-        "frozen or cut-off process that may still act also shows",
-        forceable=True,
-    )
-    assert expected == release_refusal(LEASE_OUT, owner_gone=False)
-
-
-@pytest.mark.parametrize("reason", SUSPICION, ids=str)
-def test_a_release_on_suspicion_is_refused_but_forceable(reason: DoubtReason) -> None:
-    """A key in doubt on suspicion is refused, saying which suspicion; an operator may force."""
-    refusal = release_refusal(in_doubt(reason), owner_gone=False)
-    assert refusal is not None
-    assert (refusal.forceable, f"in doubt ({reason.value})" in refusal.reason) == (True, True)
-
-
-def test_a_stale_crash_reason_on_an_attempting_row_is_no_proof() -> None:
-    """Only an IN_DOUBT row's doubt reason counts: an ATTEMPTING row is judged by its owner."""
-    record = attrs.evolve(LEASE_OUT, doubt_reason=DoubtReason.CRASHED)
-    refusal = release_refusal(record, owner_gone=False)
+@pytest.mark.parametrize(("reason", "said"), NOT_PROOF.items(), ids=str)
+def test_a_release_without_proof_is_refused_but_forceable(reason: DoubtReason, said: str) -> None:
+    """Suspicion or the owner's word is no proof: the refusal names owner and reason; forceable."""
+    refusal = release_refusal(in_doubt(reason), reason)
     assert refusal is not None
     assert refusal.forceable
+    assert "process 7 on host 'h', is not proven finished" in refusal.reason
+    assert said in refusal.reason
 
 
-@pytest.mark.parametrize("owner_gone", [False, True])
-def test_a_key_whose_result_was_not_stored_is_never_released(owner_gone: bool) -> None:
-    """The action is known to have run: the refusal cannot be forced, even if the owner is gone."""
-    refusal = release_refusal(in_doubt(DoubtReason.RESULT_NOT_STORED), owner_gone=owner_gone)
+def test_a_key_whose_result_was_not_stored_is_never_released() -> None:
+    """The action is known to have run: the refusal cannot be forced."""
+    reason = DoubtReason.RESULT_NOT_STORED
+    refusal = release_refusal(in_doubt(reason), reason)
     assert refusal is not None
     assert (refusal.forceable, "only be resolved as happened" in refusal.reason) == (False, True)
 
 
-@given(record=RECORDS, owner_gone=st.booleans())
-def test_a_release_is_allowed_exactly_on_proof(record: Record, owner_gone: bool) -> None:
-    """Any record may be released iff proven finished and not known to have run (never then)."""
-    reason = record.doubt_reason if record.state is State.IN_DOUBT else None
-    proof = reason in PROOF or owner_gone
-    ran = reason is DoubtReason.RESULT_NOT_STORED
-    refusal = release_refusal(record, owner_gone=owner_gone)
+@given(record=RECORDS, reason=st.sampled_from(DoubtReason))
+def test_a_release_is_allowed_exactly_on_proof(record: Record, reason: DoubtReason) -> None:
+    """Released iff the owner is proven gone; never, not even by force, once known to have run."""
+    refusal = release_refusal(record, reason)
     assert (refusal is None, refusal is not None and not refusal.forceable) == (
-        proof and not ran,
-        ran,
+        reason in PROOF,
+        reason is DoubtReason.RESULT_NOT_STORED,
     )
 
 
@@ -206,26 +187,28 @@ def test_abandonment_of_an_attempting_key_looks_for_proof_then_suspicion(
     assert expected == actual
 
 
-@pytest.mark.parametrize("reason", SUSPICION, ids=str)
-def test_a_key_in_doubt_on_suspicion_whose_owner_is_gone_reports_crashed(
+@pytest.mark.parametrize("reason", NOT_PROOF, ids=str)
+def test_a_key_in_doubt_without_proof_whose_owner_is_gone_reports_crashed(
     reason: DoubtReason,
 ) -> None:
-    """Suspicion gives way to proof: the caller is told CRASHED, and records it."""
+    """Suspicion and the owner's word give way to proof: CRASHED, for the caller to record."""
     actual = abandonment(in_doubt(reason), now=NOW, owner_gone=gone)
     assert actual is DoubtReason.CRASHED
 
 
-@pytest.mark.parametrize("reason", SUSPICION, ids=str)
-def test_a_key_in_doubt_on_suspicion_whose_owner_lives_keeps_its_reason(
+@pytest.mark.parametrize("reason", NOT_PROOF, ids=str)
+def test_a_key_in_doubt_without_proof_whose_owner_lives_keeps_its_reason(
     reason: DoubtReason,
 ) -> None:
-    """Without proof, a key in doubt on suspicion reports that suspicion."""
+    """Without proof, a key in doubt reports what it is in doubt for."""
     assert abandonment(in_doubt(reason), now=NOW, owner_gone=alive, owner_lost=lost) is reason
 
 
-@pytest.mark.parametrize("reason", sorted(OWNER_KNOWS | PROOF, key=str), ids=str)
-def test_a_key_in_doubt_on_proof_or_the_owners_word_keeps_its_reason(reason: DoubtReason) -> None:
-    """Crashed, interrupted or result-not-stored is reported as it is, owner gone or not."""
+@pytest.mark.parametrize("reason", [DoubtReason.CRASHED, DoubtReason.RESULT_NOT_STORED], ids=str)
+def test_a_key_in_doubt_on_proof_or_known_to_have_run_keeps_its_reason(
+    reason: DoubtReason,
+) -> None:
+    """Crashed or result-not-stored is reported as it is, owner gone or not."""
     assert abandonment(in_doubt(reason), now=NOW, owner_gone=gone) is reason
 
 
@@ -252,14 +235,20 @@ def test_an_attempting_key_may_be_marked_for_any_reason(reason: DoubtReason) -> 
     [
         (DoubtReason.LEASE_EXPIRED, DoubtReason.CRASHED, True),
         (DoubtReason.SESSION_LOST, DoubtReason.CRASHED, True),
+        (DoubtReason.INTERRUPTED, DoubtReason.CRASHED, True),
+        (DoubtReason.FAILURE_NOT_STORED, DoubtReason.CRASHED, True),
         (DoubtReason.LEASE_EXPIRED, DoubtReason.INTERRUPTED, True),
+        (DoubtReason.SESSION_LOST, DoubtReason.FAILURE_NOT_STORED, True),
         (DoubtReason.CRASHED, DoubtReason.RESULT_NOT_STORED, True),
+        (DoubtReason.INTERRUPTED, DoubtReason.RESULT_NOT_STORED, True),
         (DoubtReason.LEASE_EXPIRED, DoubtReason.LEASE_EXPIRED, False),
         (DoubtReason.LEASE_EXPIRED, DoubtReason.SESSION_LOST, False),
         (DoubtReason.CRASHED, DoubtReason.LEASE_EXPIRED, False),
+        (DoubtReason.CRASHED, DoubtReason.INTERRUPTED, False),
         (DoubtReason.CRASHED, DoubtReason.CRASHED, False),
         (None, DoubtReason.CRASHED, False),
-        (DoubtReason.INTERRUPTED, DoubtReason.CRASHED, False),
+        (DoubtReason.INTERRUPTED, DoubtReason.FAILURE_NOT_STORED, False),
+        (DoubtReason.INTERRUPTED, DoubtReason.LEASE_EXPIRED, False),
         (DoubtReason.RESULT_NOT_STORED, DoubtReason.INTERRUPTED, False),
         (DoubtReason.RESULT_NOT_STORED, DoubtReason.CRASHED, False),
     ],
@@ -268,23 +257,31 @@ def test_an_attempting_key_may_be_marked_for_any_reason(reason: DoubtReason) -> 
 def test_a_key_in_doubt_is_marked_again_only_to_learn_more(
     held: DoubtReason | None, reason: DoubtReason, expected: bool
 ) -> None:
-    """Proof replaces suspicion and the owner's word replaces a caller's; nothing else."""
+    """'It ran' beats all, proof beats the rest, the owner's word beats suspicion; nothing else."""
     assert expected == may_mark(in_doubt(held), reason)
 
 
 @given(held=st.sampled_from(DoubtReason), reason=st.sampled_from(DoubtReason))
-def test_a_mark_never_replaces_proof_or_the_owners_word_with_less(
+def test_a_mark_never_replaces_what_is_known_with_less(
     held: DoubtReason, reason: DoubtReason
 ) -> None:
-    """A mark never replaces the owner's own word, nor proof with mere suspicion."""
+    """A mark never replaces 'it ran', nor proof with anything but 'it ran', nor with suspicion."""
     if may_mark(in_doubt(held), reason):
-        assert held not in OWNER_KNOWS
-        assert held not in PROOF or reason in OWNER_KNOWS
+        assert held is not DoubtReason.RESULT_NOT_STORED
+        assert held not in PROOF or reason is DoubtReason.RESULT_NOT_STORED
+        assert reason not in SUSPICION
 
 
-@pytest.mark.parametrize("state", SETTLED, ids=str)
+def test_a_key_released_by_force_takes_only_its_owners_word() -> None:
+    """A released row still at its attempt is marked by its owner's own word, by nothing else."""
+    released = attrs.evolve(ATTEMPTING, state=State.RELEASED)
+    marked = {reason for reason in DoubtReason if may_mark(released, reason)}
+    assert marked == set(OWNER_KNOWS)
+
+
+@pytest.mark.parametrize("state", [State.SUCCEEDED, State.FAILED], ids=str)
 def test_a_settled_key_is_never_marked(state: State) -> None:
-    """A settled key stays as it is: no mark applies to it."""
+    """A key with an outcome stays as it is: no mark applies to it."""
     record = attrs.evolve(ATTEMPTING, state=state)
     assert [reason for reason in DoubtReason if may_mark(record, reason)] == []
 

@@ -516,7 +516,7 @@ class LedgerMachine(RuleBasedStateMachine):
 
     @rule(key=KEYS, variant=VARIANTS, fail=st.booleans())
     def unrecorded(self, key: str, variant: int, fail: bool) -> None:
-        """The ledger cannot take the outcome: the key is in doubt, its action known to have run."""
+        """The ledger cannot take the outcome: the key is in doubt, as the owner says at once."""
         known = self.expected(key, variant, fail)
         if known is None or known.state not in (None, State.RELEASED):
             return
@@ -540,7 +540,8 @@ class LedgerMachine(RuleBasedStateMachine):
         else:
             assert outcome == Succeeded(key, Receipt(key, variant), recorded=False)
         self.claimed(known)
-        known.state, known.reason = State.IN_DOUBT, DoubtReason.RESULT_NOT_STORED
+        known.state = State.IN_DOUBT
+        known.reason = DoubtReason.FAILURE_NOT_STORED if fail else DoubtReason.RESULT_NOT_STORED
 
     @rule(key=KEYS, variant=VARIANTS)
     def concurrent_caller(self, key: str, variant: int) -> None:
