@@ -264,12 +264,13 @@ def abandonment(
     (``owner_gone``: proof), whose lease ran out, or whose liveness session is lost
     (``owner_lost``: suspicion), checked in that order. An IN_DOUBT key whose owner is now
     provably gone reports ``CRASHED``, for the caller to record that proof, unless it is
-    known to have run (``RESULT_NOT_STORED``). An ATTEMPTING key under a live owner, and a
-    settled key, need none.
+    known to have run (``RESULT_NOT_STORED``); one marked before reasons were recorded is
+    taken as suspect (``LEASE_EXPIRED``) until then. An ATTEMPTING key under a live owner,
+    and a settled key, need none.
     """
     match record.state:
         case State.IN_DOUBT:
-            reason = record.doubt_reason or DoubtReason.CRASHED
+            reason = record.doubt_reason or DoubtReason.LEASE_EXPIRED
             if reason in (DoubtReason.CRASHED, DoubtReason.RESULT_NOT_STORED):
                 return reason
             return DoubtReason.CRASHED if owner_gone(record.owner) else reason
@@ -296,7 +297,7 @@ def may_mark(record: Record, reason: DoubtReason) -> bool:
         case State.ATTEMPTING:
             return True
         case State.IN_DOUBT:
-            held = record.doubt_reason or DoubtReason.CRASHED
+            held = record.doubt_reason or DoubtReason.LEASE_EXPIRED
             if held in (reason, DoubtReason.RESULT_NOT_STORED):
                 return False
             if reason in PROOF or reason is DoubtReason.RESULT_NOT_STORED:

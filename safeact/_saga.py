@@ -650,4 +650,4 @@ def _stored_outcome(store: Store, key: str | None) -> Failed | InDoubt | None:
         return None  # never aborted, or an operator has resolved it since
     if record.state is State.FAILED:
         return failed_from(record)
-    return in_doubt_from(record, record.doubt_reason or DoubtReason.CRASHED)
+    return in_doubt_from(record, record.doubt_reason or DoubtReason.LEASE_EXPIRED)

@@ -212,9 +212,10 @@ def test_a_key_in_doubt_on_proof_or_known_to_have_run_keeps_its_reason(
     assert abandonment(in_doubt(reason), now=NOW, owner_gone=gone) is reason
 
 
-def test_a_key_in_doubt_without_a_reason_reports_crashed() -> None:
-    """A row marked before doubt reasons were recorded reads as crashed."""
-    assert abandonment(in_doubt(None), now=NOW, owner_gone=alive) is DoubtReason.CRASHED
+def test_a_key_in_doubt_without_a_reason_is_suspect_until_its_owner_is_gone() -> None:
+    """A row marked before doubt reasons were recorded is no proof: suspect, or crashed if gone."""
+    assert abandonment(in_doubt(None), now=NOW, owner_gone=alive) is DoubtReason.LEASE_EXPIRED
+    assert abandonment(in_doubt(None), now=NOW, owner_gone=gone) is DoubtReason.CRASHED
 
 
 @pytest.mark.parametrize("state", SETTLED, ids=str)
@@ -246,7 +247,8 @@ def test_an_attempting_key_may_be_marked_for_any_reason(reason: DoubtReason) -> 
         (DoubtReason.CRASHED, DoubtReason.LEASE_EXPIRED, False),
         (DoubtReason.CRASHED, DoubtReason.INTERRUPTED, False),
         (DoubtReason.CRASHED, DoubtReason.CRASHED, False),
-        (None, DoubtReason.CRASHED, False),
+        (None, DoubtReason.CRASHED, True),
+        (None, DoubtReason.LEASE_EXPIRED, False),
         (DoubtReason.INTERRUPTED, DoubtReason.FAILURE_NOT_STORED, False),
         (DoubtReason.INTERRUPTED, DoubtReason.LEASE_EXPIRED, False),
         (DoubtReason.RESULT_NOT_STORED, DoubtReason.INTERRUPTED, False),
