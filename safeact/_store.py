@@ -233,8 +233,9 @@ class Store:
     def list_in_doubt(self) -> list[Record]:
         """Return every key that needs a decision, oldest first.
 
-        That is every IN_DOUBT key, and every ATTEMPTING key whose owner is provably gone or
-        whose lease ran out. Keys whose owner is alive and running are not listed.
+        That is every IN_DOUBT key, and every ATTEMPTING key whose owner is provably gone,
+        whose lease ran out or whose liveness session was lost. Keys whose owner is alive and
+        running are not listed.
         """
         now = utc_now()
         return [
