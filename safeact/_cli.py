@@ -28,7 +28,7 @@ from safeact._protocol import UNSETTLED, DoubtReason, Record, SagaState, State, 
 from safeact._reconcile import Probe
 from safeact._schema import migrate
 from safeact._sqlite import SqliteStore
-from safeact._store import Store, get_store, utc_now
+from safeact._store import Store, get_store, names_postgres, utc_now
 from safeact.exceptions import SafeError
 
 __all__ = ["main"]
@@ -266,7 +266,7 @@ def _import(where: str) -> ModuleType:
 
 def open_store(location: str) -> Store:
     """Open an existing ledger (a file, or a PostgreSQL URL); never create one."""
-    if is_postgres(location):
+    if names_postgres(location):
         return get_store(location)
     ledger = Path(location)
     if not ledger.exists():
@@ -495,13 +495,8 @@ def cmd_reconcile(options: argparse.Namespace, store: Store) -> int:
     return 1
 
 
-def is_postgres(location: str) -> bool:
-    """Whether ``location`` names a PostgreSQL database rather than a file."""
-    return location.startswith(("postgresql://", "postgres://"))
-
-
 def cmd_migrate(options: argparse.Namespace) -> int:
-    if is_postgres(options.ledger):
+    if names_postgres(options.ledger):
         from safeact._postgres import migrate_postgres  # noqa: PLC0415 - an optional extra
 
         old, new = migrate_postgres(options.ledger)

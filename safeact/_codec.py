@@ -129,12 +129,15 @@ def encode(value: object, return_type: Any) -> JSON:
         stored: JSON = json.loads(json.dumps(unstructured, allow_nan=False))
         rebuilt = _converter.structure(stored, return_type)
         again = json.loads(json.dumps(_converter.unstructure(rebuilt, unstructure_as=return_type)))
+        same = again == stored
     except Exception as exc:
+        # A value too long (int digits), too deep (RecursionError), half-built (missing
+        # attributes) or raising from its own methods: the action ran all the same.
         raise ResultNotStorableError(_explain(exc)) from exc
-    if again != stored:
+    if not same:
         # cattrs coerces simple types (int(9.99), str(None)); a replay must not differ.
         raise ResultNotStorableError(
-            f"{value!r} does not fit {return_type!r}: it would replay as {rebuilt!r}"
+            f"{_show(value)} does not fit {_show(return_type)}: it would replay as {_show(rebuilt)}"
         )
     return stored
 
@@ -150,8 +153,8 @@ def encode_untyped(value: object) -> JSON:
         result: JSON = json.loads(json.dumps(_converter.unstructure(value), allow_nan=False))
     except Exception as exc:
         raise ValueError(
-            f"cannot store {value!r} as a result ({exc}); pass the value as the tool would "
-            f"have returned it ({_SUPPORTED})"
+            f"cannot store {_show(value)} as a result ({_explain(exc)}); pass the value as the "
+            f"tool would have returned it ({_SUPPORTED})"
         ) from exc
     return result
 
@@ -174,7 +177,26 @@ def decode(stored: JSON, return_type: Any, *, key: str, tool: str) -> Any:
         ) from exc
 
 
+_LONGEST_SHOWN = 200
+"""Characters of a value's repr kept in a message; a result's repr can be huge."""
+
+
 def _explain(exc: Exception) -> str:
-    if isinstance(exc, cattrs.BaseValidationError):
-        return "; ".join(cattrs.transform_error(exc))
-    return f"{type(exc).__name__}: {exc}"
+    """Say what went wrong, by type name alone if the exception cannot put it in words."""
+    try:
+        if isinstance(exc, cattrs.BaseValidationError):
+            return "; ".join(cattrs.transform_error(exc))
+        return f"{type(exc).__name__}: {exc}"
+    except Exception:  # noqa: BLE001 - a broken __str__ must not hide that the value is unstorable
+        return type(exc).__name__
+
+
+def _show(value: object) -> str:
+    """Return a short repr of ``value``, or its type's name if its ``__repr__`` raises."""
+    try:
+        text = repr(value)
+    except Exception:  # noqa: BLE001 - the value is a user's, and so is its __repr__
+        return f"a {type(value).__qualname__}"
+    if len(text) > _LONGEST_SHOWN:
+        return f"{text[: _LONGEST_SHOWN - 3]}..."
+    return text

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import os
 import sqlite3
+import stat
 import threading
 import weakref
 from pathlib import Path
@@ -20,6 +21,38 @@ if TYPE_CHECKING:
 __all__ = ["SqliteStore"]
 
 
+_KINDS = (
+    (stat.S_ISDIR, "a directory"),
+    (stat.S_ISCHR, "a character device"),
+    (stat.S_ISBLK, "a block device"),
+    (stat.S_ISFIFO, "a FIFO"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _check_regular_file(path: str | os.PathLike[str]) -> None:
+    """Refuse a path that names something other than a regular file, before SQLite opens it.
+
+    SQLite would hang on a FIFO, create side files next to a device, and fail late on a
+    directory. A missing file is fine: it gets created.
+
+    Raises:
+        StoreError: the path is empty, or names a directory, a device, a FIFO or a socket.
+
+    """
+    if not os.fspath(path):
+        raise StoreError("'': an empty path names no ledger file; give the ledger's file path")
+    try:
+        mode = Path(path).stat().st_mode
+    except (OSError, ValueError):
+        return  # missing (it gets created) or unreachable: creating the file says which
+    if not stat.S_ISREG(mode):
+        what = next(
+            (name for test, name in _KINDS if test(mode)), "something other than a regular file"
+        )
+        raise StoreError(f"{os.fspath(path)}: is {what}, not a ledger file; give a file path")
+
+
 class SqliteStore(Store):
     """A ledger in one SQLite file, shared safely by the threads and processes of a machine.
 
@@ -29,9 +62,10 @@ class SqliteStore(Store):
     See ``Store`` for the other settings.
 
     Raises:
-        StoreError: the file cannot be created or opened, is not a SQLite database, is
-            corrupt, is some other program's database, or was written by another schema
-            version of safeact. The file is left as it was.
+        StoreError: the path names something other than a regular file (a directory, a
+            device, a FIFO), or the file cannot be created or opened, is not a SQLite
+            database, is corrupt, is some other program's database, or was written by
+            another schema version of safeact. The file is left as it was.
         ValueError: the lease is not positive, or the heartbeat not shorter than the lease.
 
     """
@@ -51,6 +85,7 @@ class SqliteStore(Store):
         self._fsync_attempts = fsync_attempts
         self._local = threading.local()
         self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
+        _check_regular_file(path)
         self._create_file()
         check_usable(self._path)  # before any writable connection: see check_usable
         self._connection()

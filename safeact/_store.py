@@ -49,7 +49,7 @@ if TYPE_CHECKING:
 
     from safeact._protocol import JSON
 
-__all__ = ["Cursor", "Executor", "Purged", "Store", "get_store", "utc_now"]
+__all__ = ["Cursor", "Executor", "Purged", "Store", "get_store", "names_postgres", "utc_now"]
 
 logger = logging.getLogger("safeact")
 
@@ -109,6 +109,29 @@ def _time(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(UTC).isoformat(timespec="microseconds")
 
 
+_LIBPQ_KEYWORDS = frozenset(
+    {
+        *("host", "hostaddr", "port", "dbname", "user", "password", "passfile", "service"),
+        *("options", "connect_timeout", "client_encoding", "application_name", "sslmode"),
+        *("sslrootcert", "sslcert", "sslkey", "sslpassword", "sslcrl", "sslcrldir", "sslsni"),
+        *("gssencmode", "channel_binding", "require_auth", "target_session_attrs"),
+        *("load_balance_hosts", "keepalives", "krbsrvname", "fallback_application_name"),
+    }
+)
+
+
+def names_postgres(location: str) -> bool:
+    """Whether ``location`` names a PostgreSQL database: a URL, or libpq keyword pairs.
+
+    A keyword string would otherwise become a SQLite file of that name (password and all)
+    on every host. libpq takes any string that is not a URL as keyword pairs; a known
+    keyword first is the sign, and ``"./host=..."`` keeps a file of such a name a file.
+    """
+    return location.startswith(("postgresql://", "postgres://")) or (
+        "=" in location and location.split("=", 1)[0].strip() in _LIBPQ_KEYWORDS
+    )
+
+
 def get_store(
     location: str | os.PathLike[str],
     *,
@@ -117,18 +140,21 @@ def get_store(
     heartbeat: float | None = None,
     host: str | None = None,
 ) -> Store:
-    """Open the ledger at ``location``: a PostgreSQL URL, or else a SQLite file path.
+    """Open the ledger at ``location``: a PostgreSQL database, or else a SQLite file path.
 
-    ``postgresql://`` (or ``postgres://``) URLs open a ``PostgresStore`` (the
+    ``postgresql://`` (or ``postgres://``) URLs and libpq keyword strings that start with
+    a libpq keyword (``"host=db dbname=agents user=app"``) open a ``PostgresStore`` (the
     ``safeact[postgres]`` extra); anything else is a path, and a missing file is created
-    (readable by its owner only). See ``Store`` for the settings; ``fsync_attempts``
-    applies to SQLite only.
+    (readable by its owner only). Write a file whose name starts like that as
+    ``"./host=…"``. See ``Store`` for the settings; ``fsync_attempts`` applies to SQLite
+    only.
 
     Raises:
-        StoreError: the ledger cannot be opened or used; it is left as it was.
+        StoreError: the ledger cannot be opened or used, or the path names something other
+            than a regular file (a directory, a device, a FIFO); it is left as it was.
 
     """
-    if isinstance(location, str) and location.startswith(("postgresql://", "postgres://")):
+    if isinstance(location, str) and names_postgres(location):
         from safeact._postgres import PostgresStore  # noqa: PLC0415 - an optional extra
 
         return PostgresStore(location, lease=lease, heartbeat=heartbeat, host=host)

@@ -8,6 +8,8 @@ import logging
 import os
 import sys
 import time
+import types
+import typing
 import uuid
 from collections.abc import Callable, Coroutine
 from typing import (
@@ -138,6 +140,41 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
         return SafeTool(fn, self._store, **settings)  # type: ignore[arg-type] # forwarded keywords
 
 
+_Call = TypeVar("_Call", bound=Callable[..., object])
+
+
+def _key_given(call: _Call) -> _Call:
+    """Wrap a tool's ``__call__`` so a missing or keyword key says how to pass it.
+
+    Python's own "missing 1 required positional argument: 'key'" hides that the key goes
+    first and positionally, whatever the function calls its first parameter. An async
+    ``__call__`` stays a coroutine function (frameworks look), so it raises when awaited.
+    """
+
+    def check(self: _Guard[object], args: tuple[object, ...], kwargs: dict[str, object]) -> None:
+        if not args:
+            named = f" (not as {next(iter(kwargs))}=...)" if kwargs else ""
+            raise TypeError(
+                f"{self.name}: pass the key first, positionally{named}: tool('order-42', ...)"
+            )
+
+    if inspect.iscoroutinefunction(call):
+
+        @functools.wraps(call)
+        async def checked_async(self: _Guard[object], /, *args: object, **kwargs: object) -> object:
+            check(self, args, kwargs)
+            return await call(self, *args, **kwargs)
+
+        return cast("_Call", checked_async)
+
+    @functools.wraps(call)
+    def checked(self: _Guard[object], /, *args: object, **kwargs: object) -> object:
+        check(self, args, kwargs)
+        return call(self, *args, **kwargs)
+
+    return cast("_Call", checked)
+
+
 class _Guard(Generic[T_co]):
     """What a sync and an async tool share: checks, decisions, and the outcomes they build."""
 
@@ -233,7 +270,7 @@ class _Guard(Generic[T_co]):
                 record,
                 State.IN_DOUBT,
                 error_type="safeact.ResultNotStorable",
-                error_message=f"the action ran but its result could not be stored: {exc}",
+                error_message=f"the action ran but its result could not be stored: {_message(exc)}",
                 doubt_reason=DoubtReason.RESULT_NOT_STORED,
             )
             recorded = False
@@ -340,6 +377,7 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
         self._fn = fn
         functools.update_wrapper(self, fn)
 
+    @_key_given
     def __call__(self, key: str, /, *args: P.args, **kwargs: P.kwargs) -> Outcome[T_co]:
         """Run the function at most once for ``key`` and say what happened.
 
@@ -430,6 +468,7 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
         self._fn = fn
         functools.update_wrapper(self, fn)
 
+    @_key_given
     async def __call__(self, key: str, /, *args: P.args, **kwargs: P.kwargs) -> Outcome[T_co]:
         """Run the coroutine function at most once for ``key``; see ``SafeTool.__call__``."""
         import asyncio  # noqa: PLC0415 - only async callers pay for it (~20 ms)
@@ -511,17 +550,34 @@ async def _unstoppable(
         raise
 
 
-def raise_on_doubt(tool: SafeTool[P, T]) -> Callable[Concatenate[str, P], T]:
+@overload
+def raise_on_doubt(
+    tool: AsyncSafeTool[P, T],
+) -> Callable[Concatenate[str, P], Coroutine[Any, Any, T]]: ...
+@overload
+def raise_on_doubt(tool: SafeTool[P, T]) -> Callable[Concatenate[str, P], T]: ...
+def raise_on_doubt(
+    tool: SafeTool[P, T] | AsyncSafeTool[P, T],
+) -> Callable[Concatenate[str, P], T] | Callable[Concatenate[str, P], Coroutine[Any, Any, T]]:
     """Adapt ``tool`` for exception-style callers: same parameters, returns the value.
 
     The returned function raises ``InDoubtError`` (with the receipt) or ``FailedCallError``
     (chained from the live exception when the action raised on this call), besides
-    everything the tool itself raises.
+    everything the tool itself raises. For an ``AsyncSafeTool`` it is an async function.
     """
+    if isinstance(tool, AsyncSafeTool):
+        async_tool = tool
 
-    @functools.wraps(tool)
+        @functools.wraps(async_tool)
+        async def call_async(key: str, /, *args: P.args, **kwargs: P.kwargs) -> T:
+            return (await async_tool(key, *args, **kwargs)).unwrap()
+
+        return call_async
+    sync_tool = tool
+
+    @functools.wraps(sync_tool)
     def call(key: str, /, *args: P.args, **kwargs: P.kwargs) -> T:
-        return tool(key, *args, **kwargs).unwrap()
+        return sync_tool(key, *args, **kwargs).unwrap()
 
     return call
 
@@ -541,6 +597,12 @@ def _default_name(fn: Callable[..., object]) -> str:
 
 
 def _key_first_signature(fn: Callable[..., object], tool: str) -> inspect.Signature:
+    """Check that ``fn`` takes the key first, as a ``str`` (or unannotated); return its signature.
+
+    Raises:
+        TypeError: no positional first parameter, or one annotated as another type.
+
+    """
     signature = inspect.signature(fn)
     parameters = list(signature.parameters.values())
     if not parameters or parameters[0].kind not in (
@@ -551,7 +613,40 @@ def _key_first_signature(fn: Callable[..., object], tool: str) -> inspect.Signat
             f"{tool} must take the key as its first positional parameter, "
             "e.g. 'def send_receipt(key: str, to: str) -> Receipt'"
         )
+    first = parameters[0]
+    annotation = _first_annotation(fn, first)
+    if not _takes_str(annotation):
+        shown = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
+        raise TypeError(
+            f"{tool}: its first parameter receives the key, a str, but is annotated "
+            f"'{first.name}: {shown}'; make it 'key: str' and the arguments follow, "
+            "e.g. 'def send_receipt(key: str, to: str) -> Receipt'"
+        )
     return signature
+
+
+def _first_annotation(fn: Callable[..., object], first: inspect.Parameter) -> object:
+    """The first parameter's annotation, resolved if it can be (else as written)."""
+    if first.annotation is inspect.Parameter.empty:
+        return first.annotation
+    try:
+        return typing.get_type_hints(fn).get(first.name, first.annotation)
+    except (NameError, TypeError):  # another annotation cannot be resolved: judge as written
+        return first.annotation
+
+
+def _takes_str(annotation: object) -> bool:
+    """Whether a parameter annotated so accepts the key, a plain ``str``."""
+    if annotation in (inspect.Parameter.empty, str, object, Any, "str", "builtins.str"):
+        return True
+    if isinstance(annotation, str):
+        return True  # unresolvable: check_return_type refuses the function for that
+    supertype = getattr(annotation, "__supertype__", None)  # typing.NewType
+    if supertype is not None:
+        return _takes_str(supertype)
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        return any(_takes_str(member) for member in typing.get_args(annotation))
+    return False
 
 
 def _forked_failure(record: Record, tool: str, exc: Exception) -> Failed:
@@ -571,7 +666,8 @@ def _message(exc: Exception) -> str:
         text = str(exc)
     except Exception as failure:  # noqa: BLE001 - a broken __str__ must not lose the outcome
         text = f"<str() of the exception raised {type(failure).__name__}>"
-    return text.encode("utf-8", "backslashreplace").decode()
+    # Lone surrogates do not encode, and PostgreSQL text holds no NUL: escape both.
+    return text.encode("utf-8", "backslashreplace").decode().replace("\x00", "\\x00")
 
 
 def _type_name(cls: type[BaseException]) -> str:

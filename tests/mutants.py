@@ -402,6 +402,18 @@ MUTANTS = [
         "",
     ),
     Mutant(
+        "quote an unstorable result with its own repr, after the action ran",
+        [
+            Edit(
+                "safeact/_codec.py",
+                'f"{_show(value)} does not fit {_show(return_type)}: '
+                'it would replay as {_show(rebuilt)}"',
+                'f"{value!r} does not fit {return_type!r}: it would replay as {rebuilt!r}"',
+            )
+        ],
+        ["tests/test_after_the_action.py"],
+    ),
+    Mutant(
         "leave a key whose outcome could not be written looking busy",
         [Edit("safeact/_tool.py", "            self._unrecorded(record, state, exc)\n", "")],
         ["tests/test_recorded.py", "tests/test_state_machine.py"],

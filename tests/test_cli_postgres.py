@@ -4,9 +4,11 @@ import subprocess
 import sys
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 
 import psycopg
 import pytest
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from safeact import get_store, safe
 from tests.actions import bury_owners
@@ -80,3 +82,24 @@ def test_doubt_and_resolve_work_on_a_url(postgres_ledger: str) -> None:
     stats = run("stats", postgres_ledger)
     assert stats.returncode == 0
     assert stats.stdout.splitlines()[-1] == f"size: on the server ({postgres_ledger})"
+
+
+def test_a_keyword_dsn_reaches_postgresql(postgres_ledger: str, tmp_path: Path) -> None:
+    """A libpq keyword string names the database on the command line too, never a file."""
+    with get_store(postgres_ledger) as store:
+        safe(store, name="pay")(pay)("paid")
+    keywords = make_conninfo("", **conninfo_to_dict(postgres_ledger))
+    assert keywords.split("=", 1)[0] in {"user", "host", "dbname", "port", "options"}
+    listed = subprocess.run(
+        [sys.executable, "-m", "safeact", "ls", keywords],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert listed.returncode == 0, listed.stderr
+    assert [line.split()[:3] for line in listed.stdout.splitlines()[1:]] == [
+        ["paid", "pay", "succeeded"]
+    ]
+    assert list(tmp_path.iterdir()) == []
