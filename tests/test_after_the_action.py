@@ -96,7 +96,8 @@ def counted(store: Store, return_type: object, value: object, runs: list[str]) -
         return value
 
     act.__annotations__["return"] = return_type
-    return safe(store, name="act")(act)
+    tool: SafeTool[[], Any] = safe(store, name="act")(act)
+    return tool
 
 
 def counted_async(
