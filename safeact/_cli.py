@@ -193,7 +193,12 @@ def moment(text: str) -> datetime:
     """
     text = text.strip()
     if match := _AGE.fullmatch(text):
-        return utc_now() - timedelta(seconds=int(match[1]) * _UNITS[match[2]])
+        try:
+            return utc_now() - timedelta(seconds=int(match[1]) * _UNITS[match[2]])
+        except OverflowError:
+            raise argparse.ArgumentTypeError(
+                f"{text!r} reaches back before the year 1: give a shorter age or a date"
+            ) from None
     try:
         parsed = datetime.fromisoformat(text)
     except ValueError:

@@ -570,4 +570,8 @@ def _database(dsn: str) -> str:
 
 
 def _without_password(dsn: str) -> str:
-    return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", re.sub(r"password=\S+", "password=***", dsn))
+    if "://" in dsn:  # a URL: user:password@ and a password= query parameter
+        query = re.sub(r"password=[^&\s]*", "password=***", dsn)
+        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", query)
+    # Keyword pairs: a value may be quoted, with spaces and escaped quotes inside.
+    return re.sub(r"""password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)""", "password=***", dsn)

@@ -39,6 +39,12 @@ def test_import_safeact_does_not_need_the_postgres_extra() -> None:
         ("postgresql://agent:s3cret@db/agents", "postgresql://agent:***@db/agents"),
         ("host=db user=agent password=s3cret", "host=db user=agent password=***"),
         ("postgresql://agent@db/agents", "postgresql://agent@db/agents"),
+        ("host=db password='s3 cr\\'et' user=agent", "host=db password=*** user=agent"),
+        ("host=db password = s3cret", "host=db password=***"),
+        (
+            "postgresql://db/agents?password=s3cret&sslmode=require",
+            "postgresql://db/agents?password=***&sslmode=require",
+        ),
     ],
 )
 def test_a_postgres_location_never_shows_the_password(dsn: str, shown: str) -> None:

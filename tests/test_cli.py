@@ -126,6 +126,14 @@ def test_ls_filters_by_tool_and_relative_age(full: Path) -> None:
     assert keys == ["KEY", "pay-1", "pay-2", "order-1:0:pay"]
 
 
+def test_ls_since_an_age_before_the_year_1_is_a_usage_error(full: Path) -> None:
+    """`ls --since 99999999999d` says the age is too long, in one line, without a traceback."""
+    result = run("ls", full, "--since", "99999999999d")
+    assert result.returncode == 2
+    assert "before the year 1" in result.stderr
+    assert "Traceback" not in result.stderr
+
+
 def test_ls_since_a_future_date_lists_nothing(full: Path) -> None:
     """`ls` --since with an ISO date after every attempt prints the header alone."""
     result = run("ls", full, "--since", "2999-01-01")
