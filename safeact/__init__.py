@@ -6,6 +6,7 @@ stopped between the action and its record; go and check). See README.md and DESI
 
 from typing import TYPE_CHECKING
 
+from safeact._codec import register_type
 from safeact._history import Event, Why
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
 from safeact._owner import Owner
@@ -16,6 +17,7 @@ from safeact._sqlite import SqliteStore
 from safeact._store import Purged, Store, get_store
 from safeact._tool import AsyncSafeTool, SafeTool, raise_on_doubt, safe
 from safeact.exceptions import (
+    CorruptRecordError,
     FailedCallError,
     InDoubtError,
     KeyConflictError,
@@ -26,6 +28,7 @@ from safeact.exceptions import (
 
 __all__ = [
     "AsyncSafeTool",
+    "CorruptRecordError",
     "DoubtReason",
     "Event",
     "Failed",
@@ -57,6 +60,7 @@ __all__ = [
     "Why",
     "get_store",
     "raise_on_doubt",
+    "register_type",
     "safe",
 ]
 

@@ -3,6 +3,12 @@
 Only the console script (and ``python -m safeact``) imports this module. Every command but
 ``migrate`` refuses a missing ledger instead of creating one. User mistakes end with one line
 on stderr and exit code 2; ``doubt`` and ``reconcile`` exit with 1 while anything is in doubt.
+
+A row changed outside safeact (``CorruptRecordError``) never ends a listing: ``ls``, ``show``,
+``stats``, ``sagas`` and ``doubt`` show it in its place as corrupt, and a line on stderr
+counts such rows. Listings still exit 0; ``show`` of a corrupt key exits 1, and ``doubt``
+counts a corrupt key as needing attention (exit 1). ``--json`` prints a corrupt key as
+``{"key": KEY, "corrupt": WHAT_IS_WRONG, "column": COLUMN}``.
 """
 
 from __future__ import annotations
@@ -19,24 +25,48 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
-from typing import NoReturn, cast
+from typing import TYPE_CHECKING, NoReturn, cast
 
 import attrs
 
+from safeact._codec import encode_untyped
 from safeact._history import Event
-from safeact._protocol import UNSETTLED, DoubtReason, Record, SagaState, State, abandonment
+from safeact._protocol import (
+    UNSETTLED,
+    DoubtReason,
+    Record,
+    SagaRecord,
+    SagaState,
+    State,
+    abandonment,
+)
 from safeact._reconcile import Probe
 from safeact._schema import migrate
 from safeact._sqlite import SqliteStore
-from safeact._store import Store, get_store, names_postgres, utc_now
-from safeact.exceptions import SafeError
+from safeact._store import NO_RESULT, Store, get_store, names_postgres, utc_now
+from safeact._tool import _Guard
+from safeact.exceptions import CorruptRecordError, SafeError
+
+if TYPE_CHECKING:
+    from safeact._protocol import JSON
 
 __all__ = ["main"]
 
-_NO_RESULT = object()
 _AGE = re.compile(r"(\d+)([smhdw])")
 _WHEN = "an age (30m, 2h, 7d; units s, m, h, d, w) or an ISO date or time (UTC unless given)"
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
+
+
+_CORRUPT_JSON = '{"key": KEY, "corrupt": WHAT_IS_WRONG, "column": COLUMN}'
+_EXIT_STATUS = f"""exit status:
+  0  done
+  1  something needs a decision: a key in doubt (doubt, reconcile) or a corrupt row
+     (doubt; show of a corrupt key)
+  2  a usage error, or a ledger that cannot be used
+
+A row changed outside safeact is listed as corrupt, with what is wrong, instead of
+ending the listing; a line on stderr counts such rows, and a listing still exits 0.
+With --json, a corrupt key is {_CORRUPT_JSON}."""
 
 
 class _UsageError(Exception):
@@ -105,8 +135,44 @@ def record_json(record: Record) -> dict[str, object]:
     return attrs.asdict(record, value_serializer=plain)
 
 
-def event_line(event: Event) -> list[str]:
+def corrupt_json(error: CorruptRecordError) -> dict[str, object]:
+    """A corrupt key as ``--json`` prints it: the key, what is wrong, and the column."""
+    return {"key": error.subject, "corrupt": error.problem, "column": error.column}
+
+
+def ls_row(found: Record | CorruptRecordError, reason: DoubtReason | None) -> list[str]:
+    """One key as ``ls`` cells: key, tool, state, attempted, finished, note (why in doubt)."""
+    if isinstance(found, CorruptRecordError):
+        return [found.subject, "?", "corrupt", "?", "?", found.problem]
+    return [
+        found.key,
+        found.tool,
+        found.state.value,
+        when(found.attempted_at),
+        when(found.finished_at),
+        note(found, reason),
+    ]
+
+
+def saga_row(found: SagaRecord | CorruptRecordError) -> list[str]:
+    """One saga as ``sagas`` cells: id, state, steps, started, updated, aborted step, reason."""
+    if isinstance(found, CorruptRecordError):
+        return [found.subject, "corrupt", "?", "?", "?", "", found.problem]
+    return [
+        found.saga_id,
+        found.state.value,
+        str(len(found.steps)),
+        when(found.started_at),
+        when(found.updated_at),
+        found.aborted_step or "",
+        found.abort_reason or "",
+    ]
+
+
+def event_line(event: Event | CorruptRecordError) -> list[str]:
     """One history event as table cells: time, from → to, why, by whom, note."""
+    if isinstance(event, CorruptRecordError):
+        return ["?", "(corrupt event)", "?", "?", event.problem]
     from_state = "(new)" if event.from_state is None else event.from_state.value
     to_state = "(purged)" if event.to_state is None else event.to_state.value
     by = (
@@ -117,7 +183,11 @@ def event_line(event: Event) -> list[str]:
     return [when(event.at), f"{from_state} → {to_state}", event.why.value, by, event.note or ""]
 
 
-def show_lines(record: Record, late: Sequence[Record], events: Sequence[Event]) -> list[str]:
+def show_lines(
+    record: Record,
+    late: Sequence[Record | CorruptRecordError],
+    events: Sequence[Event | CorruptRecordError],
+) -> list[str]:
     """Everything about one key: the record, its receipt, outcome, late completions, history."""
     owner = record.owner
     fields = [
@@ -138,8 +208,7 @@ def show_lines(record: Record, late: Sequence[Record], events: Sequence[Event]) 
         fields.append(("result", json.dumps(record.result)))
     if record.error_type is not None:
         fields.append(("error", f"{record.error_type}: {record.error_message}"))
-    width = max(len(name) for name, _ in fields) + 2
-    lines = [f"{name.ljust(width)}{value}" for name, value in fields]
+    lines = field_lines(fields)
     if late:
         lines += [
             "",
@@ -148,19 +217,37 @@ def show_lines(record: Record, late: Sequence[Record], events: Sequence[Event]) 
                 "an operator or a probe, or released and run again; the key's row is unchanged):"
             ),
         ]
-        lines += [
-            f"  attempt {done.attempt_id}: {done.state.value} at {when(done.finished_at)}, "
-            + (
-                f"result {json.dumps(done.result)}"
-                if done.state is State.SUCCEEDED
-                else f"error {done.error_type}: {done.error_message}"
-            )
-            for done in late
-        ]
+        lines += [f"  {late_line(done)}" for done in late]
     return [*lines, "", "history:", *history_lines(events)]
 
 
-def history_lines(events: Sequence[Event]) -> list[str]:
+def field_lines(fields: Sequence[tuple[str, str]]) -> list[str]:
+    """Named values, one per line, the values aligned two spaces after the longest name."""
+    width = max(len(name) for name, _ in fields) + 2
+    return [f"{name.ljust(width)}{value}" for name, value in fields]
+
+
+def late_line(done: Record | CorruptRecordError) -> str:
+    """A late completion: its attempt, outcome and when; or, corrupt, what is wrong."""
+    if isinstance(done, CorruptRecordError):
+        return f"(corrupt) {done.problem}"
+    outcome = (
+        f"result {json.dumps(done.result)}"
+        if done.state is State.SUCCEEDED
+        else f"error {done.error_type}: {done.error_message}"
+    )
+    return f"attempt {done.attempt_id}: {done.state.value} at {when(done.finished_at)}, {outcome}"
+
+
+def corrupt_lines(
+    error: CorruptRecordError, events: Sequence[Event | CorruptRecordError]
+) -> list[str]:
+    """A key whose row cannot be read: what is wrong and what to do, then its history."""
+    fields = [("key", error.subject), ("corrupt", error.problem), ("what to do", error.fix)]
+    return [*field_lines(fields), "", "history:", *history_lines(events)]
+
+
+def history_lines(events: Sequence[Event | CorruptRecordError]) -> list[str]:
     """A key's or a saga's history, one indented line per event."""
     if not events:
         return ["  (none: settled before the ledger kept histories)"]
@@ -168,6 +255,17 @@ def history_lines(events: Sequence[Event]) -> list[str]:
         "  " + line
         for line in table(["TIME", "CHANGE", "WHY", "BY", "NOTE"], map(event_line, events))[1:]
     ]
+
+
+def corrupt_count(keys: int, sagas: int) -> list[str]:
+    """``stats``'s line on corrupt rows, which its counts leave out (nothing if none)."""
+    if not keys and not sagas:
+        return []
+    line = (
+        f"corrupt: {keys} key(s) and {sagas} saga(s), not counted above "
+        "(changed outside safeact; see safeact ls and safeact sagas)"
+    )
+    return [line]
 
 
 def count_row(name: str, counts: Mapping[State, int]) -> list[str]:
@@ -285,51 +383,68 @@ def open_store(location: str) -> Store:
 
 def cmd_ls(options: argparse.Namespace, store: Store) -> int:
     state = None if options.state is None else State(options.state)
-    records = store.records(state=state, tool=options.tool, since=options.since)
+    found = store.scan_records(state=state, tool=options.tool, since=options.since)
     if options.json:
-        for record in records:
-            _print([json.dumps(record_json(record))])
-        return 0
-    now = utc_now()
-    rows = [
-        [
-            r.key,
-            r.tool,
-            r.state.value,
-            when(r.attempted_at),
-            when(r.finished_at),
-            note(r, abandonment(r, now=now, owner_gone=store.owner_gone)),
+        _print(
+            json.dumps(record_json(r) if isinstance(r, Record) else corrupt_json(r)) for r in found
+        )
+    else:
+        now = utc_now()
+        rows = [
+            ls_row(
+                r,
+                None
+                if isinstance(r, CorruptRecordError)
+                else abandonment(r, now=now, owner_gone=store.owner_gone),
+            )
+            for r in found
         ]
-        for r in records
-    ]
-    _print(table(["KEY", "TOOL", "STATE", "ATTEMPTED", "FINISHED", "NOTE"], rows))
+        _print(table(["KEY", "TOOL", "STATE", "ATTEMPTED", "FINISHED", "NOTE"], rows))
+    report_corrupt(store, found)
     return 0
 
 
 def cmd_show(options: argparse.Namespace, store: Store) -> int:
-    record = store.get(options.key)
-    events = store.history(options.key)
+    try:
+        record = store.get(options.key)
+    except CorruptRecordError as error:
+        events = store.scan_history(options.key)
+        _print(corrupt_lines(error, events))
+        report_corrupt(store, [error, *events])
+        return 1
+    events = store.scan_history(options.key)
     if record is None:
         if not events:
             raise _UsageError(f"{store.location}: no key {options.key!r}")
         _print([f"key {options.key!r} is not in the ledger any more", "", "history:"])
         _print(history_lines(events))
+        report_corrupt(store, events)
         return 0
-    _print(show_lines(record, store.late_completions(options.key), events))
+    late = store.scan_late_completions(options.key)
+    _print(show_lines(record, late, events))
+    report_corrupt(store, [*late, *events])
     return 0
 
 
 def in_doubt(store: Store) -> list[tuple[Record, DoubtReason, timedelta]]:
     """The keys that need a decision, oldest first, with why and for how long."""
+    return doubts_among(store, store.list_in_doubt())
+
+
+def doubts_among(
+    store: Store, records: Iterable[Record]
+) -> list[tuple[Record, DoubtReason, timedelta]]:
+    """Those of ``records`` that need a decision, in their order, with why and for how long."""
     now = utc_now()
     return [
-        (
-            r,
-            abandonment(r, now=now, owner_gone=store.owner_gone, owner_lost=store.owner_lost)
-            or DoubtReason.CRASHED,
-            now - r.attempted_at,
+        (r, reason, now - r.attempted_at)
+        for r in records
+        if (
+            reason := abandonment(
+                r, now=now, owner_gone=store.owner_gone, owner_lost=store.owner_lost
+            )
         )
-        for r in store.list_in_doubt()
+        is not None
     ]
 
 
@@ -345,7 +460,11 @@ def doubt_table(doubts: Sequence[tuple[Record, DoubtReason, timedelta]]) -> list
 
 
 def cmd_doubt(options: argparse.Namespace, store: Store) -> int:
-    doubts = in_doubt(store)
+    # Every key is read, not only the unsettled ones: a corrupt row in any state needs
+    # attention (its next call raises), and an unreadable state may hide an unsettled key.
+    found = store.scan_records()
+    corrupt = [r for r in found if isinstance(r, CorruptRecordError)]
+    doubts = doubts_among(store, [r for r in found if isinstance(r, Record)])
     if options.json:
         _print(
             json.dumps(
@@ -353,6 +472,7 @@ def cmd_doubt(options: argparse.Namespace, store: Store) -> int:
             )
             for r, reason, elapsed in doubts
         )
+        _print(json.dumps(corrupt_json(error)) for error in corrupt)
     elif doubts:
         _print(doubt_table(doubts))
         _print(
@@ -361,73 +481,153 @@ def cmd_doubt(options: argparse.Namespace, store: Store) -> int:
                 f"{len(doubts)} in doubt; after checking each one, close it with",
                 (
                     f"  safeact resolve {store.location} KEY "
-                    "--happened [--result JSON] | --not-happened"
+                    "--happened --result JSON | --not-happened"
                 ),
             ]
         )
     else:
         _print(["nothing in doubt"])
-    late = store.late_completions()
-    if late and not options.json:
-        _print(
-            [
-                "",
-                (
-                    f"{len(late)} late completion(s): an owner finished after its key had "
-                    f"moved on; see safeact show {store.location} KEY"
-                ),
-                *(f"  {done.key}  attempt {done.attempt_id}  {done.state.value}" for done in late),
-            ]
-        )
-    return 1 if doubts else 0
+    # A late completion of a corrupt key comes back as that key's error: listed already.
+    late = [
+        done
+        for done in store.scan_late_completions()
+        if not (isinstance(done, CorruptRecordError) and done.table == "calls")
+    ]
+    if not options.json:
+        _print(corrupt_section(store, corrupt))
+        _print(late_section(store, late))
+    return 1 if report_corrupt(store, [*corrupt, *late]) or doubts else 0
+
+
+def corrupt_section(store: Store, corrupt: Sequence[CorruptRecordError]) -> list[str]:
+    """``doubt``'s list of corrupt keys, with what is wrong with each (nothing if none)."""
+    if not corrupt:
+        return []
+    return [
+        "",
+        (
+            f"{len(corrupt)} corrupt key(s), changed outside safeact: nothing runs under them "
+            f"until they are mended; see safeact show {store.location} KEY"
+        ),
+        *(f"  {error.subject}  {error.problem}" for error in corrupt),
+    ]
+
+
+def late_section(store: Store, late: Sequence[Record | CorruptRecordError]) -> list[str]:
+    """``doubt``'s list of late completions (nothing if none)."""
+    if not late:
+        return []
+    return [
+        "",
+        (
+            f"{len(late)} late completion(s): an owner finished after its key had "
+            f"moved on; see safeact show {store.location} KEY"
+        ),
+        *(
+            f"  {done.subject}  (corrupt) {done.problem}"
+            if isinstance(done, CorruptRecordError)
+            else f"  {done.key}  attempt {done.attempt_id}  {done.state.value}"
+            for done in late
+        ),
+    ]
 
 
 def cmd_resolve(options: argparse.Namespace, store: Store) -> int:
-    if options.result is not _NO_RESULT and not options.happened:
+    if options.result is not NO_RESULT and not options.happened:
         raise _UsageError("--result goes with --happened: a key that did not happen has no result")
+    if options.result is NO_RESULT and options.happened:
+        raise _UsageError(
+            "--happened needs --result JSON: what the tool would have returned "
+            "(--result null for a tool that returns None)"
+        )
     if options.force and options.happened:
         raise _UsageError("--force goes with --not-happened: --happened needs no proof")
     before = store.get(options.key)
+    encode, tool = _result_check(store, options.key) if options.happened else (None, None)
     try:
-        if options.happened:
-            result = None if options.result is _NO_RESULT else options.result
-            after = store.resolve(
-                options.key,
-                happened=True,
-                result=result,
-                attempt_id=options.attempt,
-                note=options.note,
-            )
-        else:
-            after = store.resolve(
-                options.key,
-                happened=False,
-                attempt_id=options.attempt,
-                note=options.note,
-                force=options.force,
-            )
-    except ValueError as exc:
+        after = store._decide(  # noqa: SLF001 - the command line is the operator's seat
+            options.key,
+            happened=options.happened,
+            result=options.result,
+            encode=encode_untyped if encode is None else encode,
+            tool=tool,
+            attempt_id=options.attempt,
+            note=options.note,
+            force=options.force,
+        )
+    except (ValueError, TypeError) as exc:
         raise _UsageError(str(exc)) from None
     was = "?" if before is None else before.state.value
     _print([f"{after.key}: {was} → {after.state.value}"])
     return 0
 
 
+def cmd_amend(options: argparse.Namespace, store: Store) -> int:
+    encode, tool = _result_check(store, options.key)
+    try:
+        after = store._amend(  # noqa: SLF001 - the command line is the operator's seat
+            options.key,
+            result=options.result,
+            encode=encode_untyped if encode is None else encode,
+            tool=tool,
+            note=options.note,
+        )
+    except (ValueError, TypeError) as exc:
+        raise _UsageError(str(exc)) from None
+    _print([f"{after.key}: result amended to {json.dumps(after.result)}"])
+    return 0
+
+
+def _result_check(store: Store, key: str) -> tuple[Callable[[object], JSON] | None, str | None]:
+    """How to store an operator's result for ``key``: checked by its tool if it can be found.
+
+    Returns the tool's checking encoder and name, or ``(None, None)`` after saying on stderr
+    why the result goes in unchecked (a misfit then shows when the key is replayed, with
+    the advice to amend it).
+    """
+    record = store.get(key)
+    if record is None:
+        return None, None  # the decision itself says the key is unknown
+    found = find_tool(record.tool)
+    if isinstance(found, str):
+        sys.stderr.write(
+            f"safeact: warning: the result is not checked against {record.tool}'s return "
+            f"type ({found}); if it does not fit, replaying {key!r} says so: then correct "
+            f"it with safeact amend\n"
+        )
+        return None, None
+    return found._checked_json, found.name  # noqa: SLF001 - the command line is the operator's seat
+
+
+def find_tool(name: str) -> _Guard[object] | str:
+    """Import the tool called ``name`` (``module.qualname``, the working directory first).
+
+    Returns the tool, or why it could not be found: a tool given another ``name=``, or
+    whose module does not import here, cannot be.
+    """
+    parts = name.split(".")
+    for cut in range(len(parts) - 1, 0, -1):
+        module_name = ".".join(parts[:cut])
+        try:
+            found: object = _import(module_name)
+        except ModuleNotFoundError:
+            continue
+        except Exception as exc:  # noqa: BLE001 - anything the user's module raises is theirs
+            return f"importing {module_name} raised {type(exc).__name__}: {exc}"
+        for attribute in parts[cut:]:
+            found = getattr(found, attribute, None)
+        if isinstance(found, _Guard) and found.name == name:
+            return cast("_Guard[object]", found)
+        return f"{module_name} has no tool {'.'.join(parts[cut:])}"
+    return f"no importable module holds {name}"
+
+
 def cmd_sagas(options: argparse.Namespace, store: Store) -> int:
     state = None if options.state is None else SagaState(options.state)
-    rows = [
-        [
-            s.saga_id,
-            s.state.value,
-            str(len(s.steps)),
-            when(s.started_at),
-            when(s.updated_at),
-            s.aborted_step or "",
-            s.abort_reason or "",
-        ]
-        for s in store.list_sagas(state)
-    ]
-    _print(table(["SAGA", "STATE", "STEPS", "STARTED", "UPDATED", "ABORTED STEP", "REASON"], rows))
+    found = store.scan_sagas(state)
+    header = ["SAGA", "STATE", "STEPS", "STARTED", "UPDATED", "ABORTED STEP", "REASON"]
+    _print(table(header, map(saga_row, found)))
+    report_corrupt(store, found)
     return 0
 
 
@@ -450,15 +650,19 @@ def cmd_purge(options: argparse.Namespace, store: Store) -> int:
 
 
 def cmd_stats(_: argparse.Namespace, store: Store) -> int:
+    # Every row is read (not counted in SQL) so that corrupt rows are found, and counted apart.
+    found = store.scan_records()
+    records = [r for r in found if isinstance(r, Record)]
     per_tool: dict[str, Counter[State]] = {}
-    for (tool, state), n in store.counts().items():
-        per_tool.setdefault(tool, Counter())[state] += n
+    for record in records:
+        per_tool.setdefault(record.tool, Counter())[record.state] += 1
     everything = sum(per_tool.values(), Counter[State]())
     rows = [count_row(tool, n) for tool, n in sorted(per_tool.items())]
     rows.append(count_row("(all tools)", everything))
     _print(table(["TOOL", *(s.value.upper() for s in State), "TOTAL"], rows))
-    sagas = Counter(s.state.value for s in store.list_sagas())
-    doubt = store.list_in_doubt()
+    sagas_found = store.scan_sagas()
+    sagas = Counter(s.state.value for s in sagas_found if isinstance(s, SagaRecord))
+    doubt = [r for r, _, _ in doubts_among(store, records)]
     on_disk = (
         "size on disk: {:,} bytes ({})".format(*size(store.path))
         if isinstance(store, SqliteStore)
@@ -474,9 +678,11 @@ def cmd_stats(_: argparse.Namespace, store: Store) -> int:
                 if doubt
                 else "none"
             ),
+            *corrupt_count(len(found) - len(records), len(sagas_found) - sum(sagas.values())),
             on_disk,
         ]
     )
+    report_corrupt(store, [*found, *sagas_found])
     return 0
 
 
@@ -531,13 +737,28 @@ def _print(lines: Iterable[str]) -> None:
     sys.stdout.write("".join(f"{line}\n" for line in lines))
 
 
+def report_corrupt(store: Store, found: Iterable[object]) -> int:
+    """Say on stderr how many of ``found`` are corrupt rows (if any); return how many."""
+    corrupt = sum(isinstance(item, CorruptRecordError) for item in found)
+    if corrupt:
+        sys.stderr.write(
+            f"safeact: warning: {corrupt} corrupt row{'s' * (corrupt != 1)} in "
+            f"{store.location}, shown as corrupt: changed outside safeact; restore from a "
+            f"backup or mend by hand (safeact show {store.location} KEY says how)\n"
+        )
+    return corrupt
+
+
 def parser() -> _Parser:
     """The command line: one subcommand per operation, each with an example in its help."""
     top = _Parser(
         prog="safeact",
         description="Inspect and operate a safeact ledger.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
-        epilog="example:\n  safeact doubt agent.db   # what needs a decision? (exit 1 if anything)",
+        epilog=(
+            "example:\n  safeact doubt agent.db   # what needs a decision? (exit 1 if anything)"
+            f"\n\n{_EXIT_STATUS}"
+        ),
     )
     commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
@@ -554,28 +775,34 @@ def parser() -> _Parser:
 
     ls = command(
         "ls",
-        "List the keys, oldest attempt first.",
+        "List the keys, oldest attempt first; a corrupt row is listed as corrupt.",
         "safeact ls agent.db --state failed --since 2h",
         "safeact ls agent.db --json | jq -r 'select(.tool == \"demo.send_refund\") | .key'",
     )
     ls.add_argument("--state", choices=[s.value for s in State])
     ls.add_argument("--tool", help="only this tool's keys")
     ls.add_argument("--since", type=moment, metavar="WHEN", help=f"attempted since: {_WHEN}")
-    ls.add_argument("--json", action="store_true", help="one JSON object per key")
+    ls.add_argument(
+        "--json", action="store_true", help=f"one JSON object per key (corrupt: {_CORRUPT_JSON})"
+    )
 
     show = command(
         "show",
-        "Show one key: its record, receipt, result or error, and history.",
+        "Show one key: its record, receipt, result or error, and history; exit 1 if its row "
+        "is corrupt (what is wrong and what to do are shown).",
         "safeact show agent.db refund-1002",
     )
     show.add_argument("key", metavar="KEY")
 
     doubt = command(
         "doubt",
-        "List the keys that need a decision, oldest first; exit 1 if there are any.",
+        "List the keys that need a decision (in doubt, or corrupt), oldest first; exit 1 if "
+        "there are any.",
         "safeact doubt agent.db || notify-ops 'safeact: keys in doubt'",
     )
-    doubt.add_argument("--json", action="store_true", help="one JSON object per key")
+    doubt.add_argument(
+        "--json", action="store_true", help=f"one JSON object per key (corrupt: {_CORRUPT_JSON})"
+    )
 
     resolve = command(
         "resolve",
@@ -598,9 +825,12 @@ def parser() -> _Parser:
     resolve.add_argument(
         "--result",
         type=json_value,
-        default=_NO_RESULT,
+        default=NO_RESULT,
         metavar="JSON",
-        help="with --happened: what the tool would have returned (default: null)",
+        help=(
+            "with --happened (required): what the tool would have returned, as JSON; "
+            "checked against its return type when the tool's module imports here"
+        ),
     )
     resolve.add_argument("--note", help="why: kept in the key's history")
     resolve.add_argument("--attempt", metavar="ID", help="only if the key is still at attempt ID")
@@ -613,9 +843,26 @@ def parser() -> _Parser:
         ),
     )
 
+    amend = command(
+        "amend",
+        "Correct the result an operator (or a probe) recorded for a key closed as happened.",
+        'safeact amend agent.db refund-1002 --result \'{"to": "bob", "amount": 20}\' '
+        "--note 'amount was wrong'",
+    )
+    amend.epilog = (
+        f"{amend.epilog}\n\nThe history keeps the value replaced. A result the action itself "
+        "returned is never amended. The result is checked against the tool's return type "
+        "when the tool's module imports here."
+    )
+    amend.add_argument("key", metavar="KEY")
+    amend.add_argument(
+        "--result", type=json_value, required=True, metavar="JSON", help="the correct result"
+    )
+    amend.add_argument("--note", help="why: kept in the key's history")
+
     sagas = command(
         "sagas",
-        "List the sagas, stuck rollbacks (compensating) first.",
+        "List the sagas, stuck rollbacks (compensating) first; a corrupt one as corrupt.",
         "safeact sagas agent.db --state rollback_incomplete",
     )
     sagas.add_argument("--state", choices=[s.value for s in SagaState])
@@ -639,7 +886,8 @@ def parser() -> _Parser:
 
     command(
         "stats",
-        "Count the keys by tool and state; the oldest doubt; the size on disk.",
+        "Count the keys by tool and state (corrupt rows apart); the oldest doubt; the size "
+        "on disk.",
         "safeact stats agent.db",
     )
 
@@ -670,6 +918,7 @@ _RUN: dict[str, Callable[[argparse.Namespace, Store], int]] = {
     "show": cmd_show,
     "doubt": cmd_doubt,
     "resolve": cmd_resolve,
+    "amend": cmd_amend,
     "sagas": cmd_sagas,
     "purge": cmd_purge,
     "stats": cmd_stats,

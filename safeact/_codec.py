@@ -1,17 +1,29 @@
-"""Results to JSON and back, through one cattrs converter; return types checked up front."""
+"""Results to JSON and back, through one cattrs converter; return types checked up front.
+
+A result is stored only if it comes back exactly, and a stored result replays only if it
+comes back exactly: after rebuilding, the value is turned into JSON again and compared with
+what was stored (``_same_json``). cattrs on its own coerces (``int(9.99)``, ``bool("false")``,
+``str(None)``, a set from a list with duplicates); the comparison turns each of those into an
+error instead of a different value.
+"""
 
 from __future__ import annotations
 
 import collections.abc
+import contextlib
+import datetime as dt
 import decimal
+import inspect
 import json
+import sys
 import typing
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from types import NoneType
-from typing import Any
+from typing import Any, TypeAlias, TypeVar
 
 import cattrs
+from cattrs.cols import is_abstract_set, is_any_set, iterable_unstructure_factory
 from cattrs.preconf.json import make_converter
 
 from safeact.exceptions import StoreError
@@ -19,7 +31,22 @@ from safeact.exceptions import StoreError
 if typing.TYPE_CHECKING:
     from safeact._protocol import JSON
 
-__all__ = ["ResultNotStorableError", "check_return_type", "decode", "encode", "encode_untyped"]
+__all__ = [
+    "JSONValue",
+    "ResultNotStorableError",
+    "check_return_type",
+    "decode",
+    "encode",
+    "encode_untyped",
+    "register_type",
+]
+
+T = TypeVar("T")
+
+JSONValue: TypeAlias = (
+    "bool | int | float | str | Sequence[JSONValue] | Mapping[str, JSONValue] | None"
+)
+"""What a ``register_type`` encoder may return: JSON, with tuples and any mapping allowed."""
 
 _converter = make_converter(forbid_extra_keys=True)
 
@@ -41,13 +68,123 @@ def _structure_decimal(value: object, _: object) -> decimal.Decimal:
     return decimal.Decimal(value)
 
 
-# Registered before any other hook is built: cattrs caches the hooks it composes.
+def _json_order(item: JSON) -> tuple[int, float | str]:
+    """A total order on JSON values, the same in every process (unlike a set's own order)."""
+    match item:
+        case bool():
+            return (0, int(item))
+        case int() | float():
+            return (1, item)
+        case str():
+            return (2, item)
+        case _:  # null, arrays and objects: by their canonical text
+            return (3, json.dumps(item, sort_keys=True))
+
+
+def _sorted_json(items: list[JSON]) -> list[JSON]:
+    return sorted(items, key=_json_order)
+
+
+def _set_unstructure_hook(set_type: object) -> Callable[[Any], list[JSON]]:
+    """Unstructure a set as a sorted array.
+
+    A set's iteration order depends on its history and, for strings, on the process's hash
+    seed: stored in one order, it would re-encode in another on replay and look changed.
+    """
+    elements = iterable_unstructure_factory(set_type, _converter, unstructure_to=list)
+    return lambda value: _sorted_json(elements(value))
+
+
+def _is_pydantic_model(cls: object) -> bool:
+    """Whether ``cls`` is a pydantic v2 model class, without importing pydantic.
+
+    A class can only be a ``BaseModel`` subclass if pydantic is imported already.
+    """
+    pydantic = sys.modules.get("pydantic")
+    return (
+        pydantic is not None
+        and inspect.isclass(cls)
+        and issubclass(cls, pydantic.BaseModel)
+        and cls is not pydantic.BaseModel
+    )
+
+
+def _model_unstructure_hook(model: type[Any]) -> Callable[[Any], JSON]:
+    """Dump an instance as ``model`` (a subclass's extra fields are left out), sets sorted."""
+    from pydantic import TypeAdapter  # noqa: PLC0415 - pydantic is imported: model is its class
+
+    adapter: TypeAdapter[Any] = TypeAdapter(model)
+
+    def unstructure(value: Any) -> JSON:
+        dumped: JSON = adapter.dump_python(value, mode="json")
+        return _sort_sets(adapter.dump_python(value, mode="python"), dumped)
+
+    return unstructure
+
+
+def _model_structure_hook(model: type[Any]) -> Callable[[Any, Any], Any]:
+    """Validate as the model does its own JSON: ``"2026-01-01T00:00:00Z"`` is a datetime there.
+
+    The model's own config decides strictness (lax by default); a lax coercion such as
+    ``"9"`` to ``9`` is caught all the same by the comparison after rebuilding.
+    """
+    from pydantic import TypeAdapter  # noqa: PLC0415 - pydantic is imported: model is its class
+
+    adapter: TypeAdapter[Any] = TypeAdapter(model)
+    return lambda value, _: adapter.validate_json(json.dumps(value))
+
+
+def _sort_sets(python: object, json_form: JSON) -> JSON:
+    """Sort the arrays of ``json_form`` that are sets in ``python``, its Python-mode twin.
+
+    pydantic writes a set in iteration order; walking its Python-mode dump alongside tells
+    which arrays are sets (both dumps iterate the same objects, so they line up). Where the
+    two do not match (a custom serializer), the JSON is left as it is.
+    """
+    if isinstance(python, list | tuple | set | frozenset) and isinstance(json_form, list):
+        if len(python) != len(json_form):
+            return json_form
+        items = [_sort_sets(p, j) for p, j in zip(python, json_form, strict=True)]
+        return _sorted_json(items) if isinstance(python, set | frozenset) else items
+    if isinstance(python, dict) and isinstance(json_form, dict) and len(python) == len(json_form):
+        return {
+            key: _sort_sets(value, item)
+            for value, (key, item) in zip(python.values(), json_form.items(), strict=True)
+        }
+    return json_form
+
+
+_seen: set[object] = set()
+"""Every type cattrs looked up a hook for that no class registration answered (a watch)."""
+
+
+def _note_seen(cls: object) -> bool:
+    """Remember that cattrs looked ``cls`` up; never claim it (so the lookup goes on)."""
+    with contextlib.suppress(TypeError):  # an unhashable annotation (Annotated metadata)
+        _seen.add(cls)
+    return False
+
+
+def _never(*_: object) -> typing.NoReturn:  # pragma: no cover - _note_seen never matches
+    raise AssertionError
+
+
+# Registered at import, before any tool is made. cattrs asks the predicate hooks registered
+# last first: the set and pydantic rules come before cattrs' own, and _note_seen, registered
+# last of all, sees every lookup that no class registration (singledispatch) answers.
 _converter.register_structure_hook(NoneType, _structure_none)
 _converter.register_unstructure_hook(NoneType, lambda value: value)
 _converter.register_structure_hook(uuid.UUID, _structure_uuid)
 _converter.register_unstructure_hook(uuid.UUID, str)
 _converter.register_structure_hook(decimal.Decimal, _structure_decimal)
 _converter.register_unstructure_hook(decimal.Decimal, str)
+_converter.register_unstructure_hook_factory(
+    lambda cls: is_any_set(cls) or is_abstract_set(cls), _set_unstructure_hook
+)
+_converter.register_structure_hook_factory(_is_pydantic_model, _model_structure_hook)
+_converter.register_unstructure_hook_factory(_is_pydantic_model, _model_unstructure_hook)
+_converter.register_structure_hook_func(_note_seen, _never)
+_converter.register_unstructure_hook_func(_note_seen, _never)
 
 _AWAITABLES = (
     collections.abc.Awaitable,
@@ -59,13 +196,133 @@ _AWAITABLES = (
 )
 
 _SUPPORTED = (
-    "attrs classes, dataclasses, TypedDicts, dicts, lists, tuples, str, int, float, bool, "
-    "None, datetime, date, UUID, Decimal, enums, Optional and unions of these"
+    "attrs classes, dataclasses, pydantic models, TypedDicts, dicts, lists, tuples, sets, "
+    "frozensets, str, int, float, bool, None, datetime, date, UUID, Decimal, enums, Literal, "
+    "Optional and unions of these, and types taught with safeact.register_type"
 )
+
+_OWN_RULES = frozenset(
+    {
+        bool,
+        int,
+        float,
+        str,
+        bytes,
+        NoneType,
+        list,
+        tuple,
+        dict,
+        set,
+        frozenset,
+        dt.datetime,
+        dt.date,
+        uuid.UUID,
+        decimal.Decimal,
+        object,
+    }
+)
+"""Types every tool relies on storing one way: ``register_type`` refuses to change them."""
+
+_registered: set[type[Any]] = set()
 
 
 class ResultNotStorableError(Exception):
     """A value could not be turned into JSON that rebuilds as the return type."""
+
+
+def register_type(
+    cls: type[T], *, to_json: Callable[[T], JSONValue], from_json: Callable[[Any], T]
+) -> None:
+    """Teach safeact to store results of type ``cls``: ``to_json`` writes one, ``from_json`` reads.
+
+    ``to_json(value)`` returns JSON (dicts with str keys, lists or tuples, str, int, float,
+    bool, None); ``from_json(data)`` rebuilds a ``cls`` from that. The rule holds wherever
+    ``cls`` appears: as a return type, in a field of an attrs class, dataclass or
+    TypedDict, in a list or an Optional; and for subclasses of ``cls``, unless they are
+    registered themselves. Every result is checked on the way in and on replay: the value
+    ``from_json`` rebuilds must be a ``cls`` whose ``to_json`` gives back the same JSON,
+    else the result is not stored (``Succeeded(recorded=False)``), or the replay raises
+    ``StoreError``.
+
+    Call it at import time, before any tool that returns ``cls`` (or a type containing
+    it) is made: such a tool was checked, and may have stored results, under the old rule.
+
+    Raises:
+        TypeError: ``cls`` is not a class, or ``to_json``/``from_json`` is not callable.
+        ValueError: ``cls`` is one of the types safeact stores itself (``int``,
+            ``datetime``, ``list``...), is registered already, or was already used by a
+            tool (or stored) under safeact's default rule for it.
+
+    """
+    if not isinstance(cls, type):
+        raise TypeError(
+            f"register_type takes a class, got {_show(cls)}: register the class itself, "
+            "e.g. register_type(Money, to_json=..., from_json=...)"
+        )
+    functions: tuple[object, object] = (to_json, from_json)  # typed, but callers may be not
+    if not all(map(callable, functions)):
+        raise TypeError(
+            f"register_type({cls.__qualname__}, ...): to_json and from_json must be "
+            "functions, e.g. to_json=lambda money: money.cents, from_json=Money"
+        )
+    _check_registrable(cls)
+    _converter.register_unstructure_hook(cls, to_json)
+    _converter.register_structure_hook(cls, _checked(from_json))
+    _registered.add(cls)
+
+
+def _check_registrable(cls: type[Any]) -> None:
+    """Refuse a registration that would change how results already made are stored.
+
+    Raises:
+        ValueError: a type with a built-in rule, a second registration, or a late one.
+
+    """
+    name = _show_type(cls)
+    if cls in _OWN_RULES:
+        raise ValueError(
+            f"safeact stores {name} itself, the same way for every tool: register a type "
+            f"of your own instead (a subclass of {name}, say)"
+        )
+    if cls in _registered:
+        raise ValueError(
+            f"{name} is registered already; register each type once, at import time, "
+            "before making the tools that return it"
+        )
+    if cls in _seen and _has_rule(cls):
+        raise ValueError(
+            f"register {name} before making any tool that returns it or a type containing "
+            "it: a tool made already was checked, and may have stored results, under "
+            f"safeact's default rule for {name}. Move the register_type call to import "
+            "time, ahead of the tools"
+        )
+
+
+def _has_rule(cls: type[Any]) -> bool:
+    """Whether cattrs can rebuild ``cls`` without a registration (attrs, enum, pydantic...).
+
+    A type it cannot rebuild was refused by every tool that returns it: registering it late
+    changes nothing stored.
+    """
+    try:
+        _converter.get_structure_hook(cls)
+    except Exception:  # noqa: BLE001 - cattrs' way of saying there is no rule
+        return False
+    return True
+
+
+def _checked(from_json: Callable[[Any], object]) -> Callable[[Any, type[Any]], object]:
+    """Wrap a ``register_type`` decoder so that what it returns is the type asked for."""
+
+    def structure(value: object, cls: type[Any]) -> object:
+        rebuilt = from_json(value)
+        if not isinstance(rebuilt, cls):
+            raise TypeError(
+                f"from_json of {_show_type(cls)} returned {_show(rebuilt)}, not a {_show_type(cls)}"
+            )
+        return rebuilt
+
+    return structure
 
 
 def check_return_type(fn: Callable[..., object], tool: str) -> object:
@@ -108,13 +365,15 @@ def check_return_type(fn: Callable[..., object], tool: str) -> object:
     except Exception as exc:
         raise TypeError(
             f"{tool} returns {return_type!r}, which safeact cannot store and rebuild ({exc}). "
-            f"Return one of: {_SUPPORTED}; or make the type an attrs class or dataclass"
+            f"Return one of: {_SUPPORTED}. For a type of your own, make it an attrs class, "
+            "a dataclass or a pydantic model, or teach safeact to store it with "
+            "safeact.register_type(cls, to_json=..., from_json=...) before making the tool"
         ) from exc
     return return_type
 
 
 def encode(value: object, return_type: Any) -> JSON:
-    """Turn ``value`` into JSON that ``decode`` rebuilds as ``return_type``.
+    """Turn ``value`` into JSON that ``decode`` rebuilds as ``return_type``, exactly.
 
     The round trip is checked now, so a result that would not replay, or would replay as
     something else (cattrs coerces ``9.99`` to ``9`` for an ``int``), is caught while the
@@ -125,17 +384,14 @@ def encode(value: object, return_type: Any) -> JSON:
 
     """
     try:
-        unstructured = _converter.unstructure(value, unstructure_as=return_type)
-        stored: JSON = json.loads(json.dumps(unstructured, allow_nan=False))
+        stored = _as_json(value, return_type)
         rebuilt = _converter.structure(stored, return_type)
-        again = json.loads(json.dumps(_converter.unstructure(rebuilt, unstructure_as=return_type)))
-        same = again == stored
+        same = _same_json(_as_json(rebuilt, return_type), stored)
     except Exception as exc:
         # A value too long (int digits), too deep (RecursionError), half-built (missing
         # attributes) or raising from its own methods: the action ran all the same.
         raise ResultNotStorableError(_explain(exc)) from exc
     if not same:
-        # cattrs coerces simple types (int(9.99), str(None)); a replay must not differ.
         raise ResultNotStorableError(
             f"{_show(value)} does not fit {_show(return_type)}: it would replay as {_show(rebuilt)}"
         )
@@ -159,22 +415,90 @@ def encode_untyped(value: object) -> JSON:
     return result
 
 
-def decode(stored: JSON, return_type: Any, *, key: str, tool: str) -> Any:
-    """Rebuild a stored result as ``return_type``.
+_RESTORE = (
+    "The action already ran and is not run again; to replay it, restore the return type "
+    "it was stored under"
+)
+
+
+def decode(stored: JSON, return_type: Any, *, key: str, tool: str, fix: str | None = None) -> Any:
+    """Rebuild a stored result as ``return_type``: exactly what was stored, or an error.
+
+    The rebuilt value is turned into JSON again as ``return_type`` and must equal
+    ``stored`` (``_same_json``): a value cattrs would coerce (``"false"`` to ``True`` for a
+    ``bool``) is refused rather than replayed.
+
+    Args:
+        stored: the result as the ledger holds it.
+        return_type: the tool's return annotation now.
+        key: the key, named in the error.
+        tool: the tool's name, named in the error.
+        fix: what the error advises; by default, to restore the return type the result was
+            stored under (right for a result the tool stored itself).
 
     Raises:
-        StoreError: the stored JSON no longer fits the type (the type changed since it was
-            stored). The action is not run again.
+        StoreError: the stored JSON does not rebuild as ``return_type``, or would rebuild
+            as a different value. The action is not run again.
 
     """
-    try:
-        return _converter.structure(stored, return_type)
-    except Exception as exc:
-        raise StoreError(
+
+    def refused(why: str) -> StoreError:
+        return StoreError(
             f"the stored result of {tool} for key {key!r} cannot be rebuilt as "
-            f"{return_type!r}: {_explain(exc)}. The action already ran and is not run again; "
-            "restore a compatible return type to replay it"
-        ) from exc
+            f"{_show_type(return_type)} from {_show(stored)}: {why}. "
+            f"{_RESTORE if fix is None else fix}"
+        )
+
+    try:
+        rebuilt = _converter.structure(stored, return_type)
+        same = _same_json(_as_json(rebuilt, return_type), stored)
+    except Exception as exc:
+        raise refused(_explain(exc)) from exc
+    if not same:
+        raise refused(f"it would replay as {_show(rebuilt)}")
+    return rebuilt
+
+
+def _as_json(value: object, as_type: object) -> JSON:
+    """``value`` unstructured as ``as_type`` and through JSON text (tuples become lists).
+
+    Raises:
+        Exception: whatever cattrs, a user's hook or ``json`` raise (NaN is refused).
+
+    """
+    unstructured = _converter.unstructure(value, unstructure_as=as_type)
+    result: JSON = json.loads(json.dumps(unstructured, allow_nan=False))
+    return result
+
+
+def _same_json(left: JSON, right: JSON) -> bool:
+    """Whether two JSON values are the same data, kind for kind.
+
+    Stricter than ``==``: ``true`` is not ``1`` and ``"1"`` is not ``1``. Numbers compare by
+    value, ``9`` and ``9.0`` alike (JSON has one number type). Arrays compare in order,
+    objects key by key.
+    """
+    match left:
+        case bool():
+            return isinstance(right, bool) and left == right
+        case int() | float():
+            return isinstance(right, int | float) and not isinstance(right, bool) and left == right
+        case str():
+            return isinstance(right, str) and left == right
+        case None:
+            return right is None
+        case list():
+            return (
+                isinstance(right, list)
+                and len(left) == len(right)
+                and all(map(_same_json, left, right))
+            )
+        case _:  # an object
+            return (
+                isinstance(right, dict)
+                and left.keys() == right.keys()
+                and all(_same_json(item, right[name]) for name, item in left.items())
+            )
 
 
 _LONGEST_SHOWN = 200
@@ -197,6 +521,21 @@ def _show(value: object) -> str:
         text = repr(value)
     except Exception:  # noqa: BLE001 - the value is a user's, and so is its __repr__
         return f"a {type(value).__qualname__}"
+    return _shorten(text)
+
+
+def _show_type(annotation: object) -> str:
+    """Return an annotation as written in code (``list[int]``, ``shop.Receipt``), cut short."""
+    if annotation is NoneType:  # get_type_hints turns "-> None" into NoneType
+        return "None"
+    try:
+        text = inspect.formatannotation(annotation)
+    except Exception:  # noqa: BLE001 - a user's class with a broken metaclass repr
+        return _show(annotation)
+    return _shorten(text)
+
+
+def _shorten(text: str) -> str:
     if len(text) > _LONGEST_SHOWN:
         return f"{text[: _LONGEST_SHOWN - 3]}..."
     return text

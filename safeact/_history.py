@@ -10,7 +10,7 @@ import attrs
 
 from safeact._protocol import DoubtReason, SagaState, State
 
-__all__ = ["Event", "Why", "saga_why", "why_finished", "why_in_doubt"]
+__all__ = ["DECIDED", "Event", "Why", "saga_why", "why_finished", "why_in_doubt"]
 
 
 class Why(enum.Enum):
@@ -40,6 +40,8 @@ class Why(enum.Enum):
     """An operator closed the key (``Store.resolve`` or ``safeact resolve``)."""
     RECONCILED = "reconciled"
     """A reconciliation probe answered happened or not happened, and the key was closed."""
+    AMENDED = "amended"
+    """An operator corrected the result an operator or a probe had recorded (``amend``)."""
     FORCED_RELEASE = "forced_release"
     """An operator released a key whose owner was not proven finished, asserting it is."""
     RELEASE_WITHHELD = "release_withheld"
@@ -61,6 +63,11 @@ class Why(enum.Enum):
     """Every compensation of an aborted saga succeeded."""
     ROLLBACK_INCOMPLETE = "rollback_incomplete"
     """Some compensation of an aborted saga failed or is in doubt."""
+
+
+DECIDED = frozenset({Why.RESOLVED, Why.RECONCILED, Why.AMENDED})
+"""Why a SUCCEEDED attempt may hold a result its action never returned: an operator's or a
+probe's decision, which an operator may amend."""
 
 
 @attrs.frozen(kw_only=True)

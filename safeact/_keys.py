@@ -6,20 +6,63 @@ import dataclasses
 import datetime as dt
 import decimal
 import enum
+import fractions
 import hashlib
 import inspect
 import json
 import os
+import sys
 import uuid
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Iterable, Mapping
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 if TYPE_CHECKING:
+    from types import ModuleType
+
     from safeact._protocol import JSON
 
-__all__ = ["args_hash", "check_key"]
+__all__ = ["args_hash", "check_ignore", "check_key", "ignored_names"]
+
+MAX_DEPTH = 100
+"""How deep an argument may nest (containers, and objects' fields) and still be hashed."""
+
+_JSON_DIGITS = sys.int_info.default_max_str_digits
+"""4300: ``json.dumps`` refused longer ints before they had a form of their own."""
+
+_LONG = 10**_JSON_DIGITS
+"""The smallest int with more than ``_JSON_DIGITS`` digits."""
+
+_FEW_BITS = 2000
+"""Ints of fewer bits have fewer than 640 digits: below any limit a process can set."""
+
+_NUMPY_KINDS = "biufcmMSU"
+"""numpy dtype kinds whose bytes are their content (object arrays are hashed by item)."""
+
+_INCOMPARABLE = (
+    "which safeact cannot compare by content (an object of a plain class, a file, a "
+    "client, a function or a lock has none to compare)"
+)
+
+_FIELD_OUT = (
+    "; if a field holds it, leave that field out of equality (attrs.field(eq=False), "
+    "dataclasses.field(compare=False))"
+)
+
+
+class _Refused(Exception):  # noqa: N818 - internal: args_hash turns it into a TypeError
+    """A value inside an argument that cannot be hashed; ``args_hash`` names the parameter.
+
+    ``what`` describes the value ("a value of type socket.socket, which ..."), ``fix`` says
+    what to do about it; ``nested`` says whether it sits inside the argument or is it.
+    """
+
+    def __init__(self, what: str, fix: str, *, nested: bool) -> None:
+        super().__init__(what)
+        self.what = what
+        self.fix = fix
+        self.nested = nested
 
 
 def check_key(key: object, what: str = "the key") -> str:
@@ -57,46 +100,141 @@ def check_text(text: str, what: str) -> None:
         ) from exc
 
 
+def ignored_names(ignore: Iterable[str]) -> tuple[str, ...]:
+    """Return the parameter names in ``ignore``, in order, each once.
+
+    Raises:
+        TypeError: ``ignore`` is a single ``str`` (which would be read letter by letter), or
+            holds something other than a ``str``.
+
+    """
+    if isinstance(ignore, str):
+        raise TypeError(f"ignore takes parameter names, not one str: write ignore=({ignore!r},)")
+    names = tuple(dict.fromkeys(ignore))
+    for name in names:
+        if not isinstance(name, str):
+            raise TypeError(
+                f"ignore takes parameter names, got {type(name).__name__} {name!r}: "
+                "write ignore=('client',)"
+            )
+    return names
+
+
+def check_ignore(signature: inspect.Signature, ignore: Iterable[str], tool: str) -> frozenset[str]:
+    """Return the names of ``tool``'s parameters to leave out of its args hash.
+
+    Raises:
+        TypeError: as ``ignored_names``.
+        ValueError: a name is the key's parameter (the key is never hashed), or no
+            parameter of ``tool``; the message lists the parameters it has.
+
+    """
+    names = ignored_names(ignore)
+    key, *others = signature.parameters
+    has = ", ".join(others) if others else "none but the key"
+    for name in names:
+        if name == key:
+            raise ValueError(
+                f"{tool}: ignore names {name!r}, the parameter that receives the key, which "
+                f"is never hashed; name other parameters (it has {has})"
+            )
+        if name not in others:
+            raise ValueError(
+                f"{tool}: ignore names {name!r}, which is not one of its parameters (it has {has})"
+            )
+    return frozenset(names)
+
+
 def args_hash(
-    signature: inspect.Signature, args: tuple[object, ...], kwargs: Mapping[str, object]
+    signature: inspect.Signature,
+    args: tuple[object, ...],
+    kwargs: Mapping[str, object],
+    ignore: frozenset[str] = frozenset(),
 ) -> str:
     """Hash the arguments of a call (the key excluded) as bound to ``signature``.
 
-    Defaults are applied, so ``f(k, 1, b=2)`` and ``f(k, 1, 2)`` hash alike. Values are hashed
-    by kind and content: attrs and dataclass instances by the fields that take part in
-    equality, sets and dicts whatever their order. A value with no stable content (an object
-    of a plain class, whose repr would name its address) contributes only its type's name,
-    so it can never cause a spurious conflict in another process; such an argument is not
-    checked for conflicts.
+    Defaults are applied, so ``f(k, 1, b=2)`` and ``f(k, 1, 2)`` hash alike; parameters
+    named in ``ignore`` are left out. Values are hashed by kind and content, so two calls
+    hash alike exactly when their arguments are equal and of the same kinds (see
+    ``_canonical`` for what that means, and where it is stricter than ``==``).
 
     Raises:
-        TypeError: the arguments do not fit ``signature``.
+        TypeError: the arguments do not fit ``signature``; or an argument cannot be
+            compared by content (an object of a plain class, a file, a client, a function),
+            nests more than ``MAX_DEPTH`` levels deep (or holds itself), is an object with
+            a field that was never set, or an int too long for this process's
+            ``sys.set_int_max_str_digits``. The message names the parameter and what to do.
 
     """
     bound = signature.bind(None, *args, **kwargs)
     bound.apply_defaults()
-    arguments = list(bound.arguments.items())[1:]
-    text = json.dumps(
-        {name: _canonical(value) for name, value in arguments},
-        sort_keys=True,
-        separators=(",", ":"),
-        allow_nan=True,
-    )
+    arguments = {n: v for n, v in list(bound.arguments.items())[1:] if n not in ignore}
+    # The text json.dumps(forms, sort_keys=True, separators=(",", ":")) gives, byte for byte,
+    # written parameter by parameter so that a failure names its parameter.
+    members = [f"{json.dumps(name)}:{_text(name, arguments[name])}" for name in sorted(arguments)]
+    text = "{" + ",".join(members) + "}"
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def _canonical(value: object) -> JSON:  # noqa: C901, PLR0911, PLR0912 - a case per kind
+def _text(name: str, value: object) -> str:
+    """The JSON text of the canonical form of ``value``, the argument of parameter ``name``.
+
+    Raises:
+        TypeError: as ``args_hash``, naming ``name``.
+
+    """
+    try:
+        form = _canonical(value)
+        return json.dumps(form, sort_keys=True, separators=(",", ":"), allow_nan=True)
+    except _Refused as refused:
+        where = "it holds" if refused.nested else "it is"
+        raise TypeError(
+            f"cannot hash parameter {name!r}: {where} {refused.what}. {refused.fix}; or leave "
+            f"the parameter out of the hash with @safe(ledger, ignore=({name!r},)) (it is "
+            "still passed to the function)"
+        ) from None
+    except RecursionError:
+        raise TypeError(
+            f"cannot hash parameter {name!r}: it nests too deeply for the stack left here; "
+            f"pass a flatter value, or leave the parameter out of the hash with "
+            f"@safe(ledger, ignore=({name!r},))"
+        ) from None
+
+
+def _canonical(value: object, depth: int = 0) -> JSON:  # noqa: C901, PLR0911, PLR0912 - a case per kind
     """Return a JSON value that depends only on ``value``'s content, in any process.
 
     Every value is tagged with its kind, so values of different kinds never coincide
-    (``b"a"`` and ``"61"``, ``"2026-01-01"`` and ``date(2026, 1, 1)``).
+    (``b"a"`` and ``"61"``, ``"2026-01-01"`` and ``date(2026, 1, 1)``, ``1``, ``1.0`` and
+    ``True``). The forms of the kinds hashed before numpy, complex, Fraction and pydantic
+    had forms of their own are frozen: ledgers hold their hashes. Stricter than ``==``:
+    floats (and complex parts, and numpy floats) by ``repr``, so ``0.0`` and ``-0.0`` differ
+    but every NaN is alike; ``Decimal`` by its text (``1.10`` is not ``1.1``); dates and
+    times by ISO text (one instant in two time zones differs); numpy arrays by dtype and
+    shape too. Looser: a tuple hashes as a list, a frozenset as a set, a bytearray as
+    bytes, any mapping as a dict, subclasses of ``int``, ``str`` and ``bytes`` as their
+    base; classes (attrs, dataclass, pydantic) and enums are named by ``__qualname__``.
+
+    Raises:
+        _Refused: a value with no comparable content, nested more than ``MAX_DEPTH``
+            levels, a half-built object, an unsupported numpy value, or an int too long
+            for this process.
+
     """
+    if depth > MAX_DEPTH:
+        raise _Refused(
+            f"a value nested more than {MAX_DEPTH} levels deep (or one that holds itself)",
+            "Pass a flatter value",
+            nested=True,
+        )
     if isinstance(value, enum.Enum):
         return ["enum", f"{type(value).__qualname__}.{value.name}"]
-    if value is None or isinstance(value, bool | int | str):
+    if value is None or isinstance(value, bool | str):
         return value  # JSON keeps these apart: 1, true, "1", null; every other kind is tagged
+    if isinstance(value, int):
+        return _int(value, depth)
     if isinstance(value, float):
-        return ["float", repr(value)]
+        return ["float", _float_text(value)]
     if isinstance(value, bytes | bytearray):
         return ["bytes", value.hex()]
     if isinstance(value, dt.date | dt.time):
@@ -106,22 +244,201 @@ def _canonical(value: object) -> JSON:  # noqa: C901, PLR0911, PLR0912 - a case 
     if isinstance(value, uuid.UUID | decimal.Decimal):
         return [type(value).__name__, str(value)]
     if isinstance(value, os.PathLike):
-        return ["path", _canonical(os.fspath(value))]
+        return ["path", _canonical(os.fspath(value), depth + 1)]
     if isinstance(value, list | tuple):
-        return ["list", [_canonical(item) for item in value]]
+        return ["list", [_canonical(item, depth + 1) for item in value]]
     if isinstance(value, set | frozenset):
-        return ["set", sorted((_canonical(item) for item in value), key=_sort_key)]
+        return ["set", sorted((_canonical(item, depth + 1) for item in value), key=_sort_key)]
     if isinstance(value, Mapping):
-        pairs = [[_canonical(k), _canonical(v)] for k, v in value.items()]
+        pairs = [[_canonical(k, depth + 1), _canonical(v, depth + 1)] for k, v in value.items()]
         return ["dict", sorted(pairs, key=_sort_key)]
     cls = type(value)
     if attrs.has(cls):
-        fields = {f.name: getattr(value, f.name) for f in attrs.fields(cls) if f.eq}
-        return ["object", cls.__qualname__, _canonical(fields)]
+        names = [f.name for f in attrs.fields(cls) if f.eq]
+        return ["object", cls.__qualname__, _canonical(_fields(value, names, depth), depth + 1)]
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        fields = {f.name: getattr(value, f.name) for f in dataclasses.fields(value) if f.compare}
-        return ["object", cls.__qualname__, _canonical(fields)]
-    return ["opaque", f"{cls.__module__}.{cls.__qualname__}"]
+        names = [f.name for f in dataclasses.fields(value) if f.compare]
+        return ["object", cls.__qualname__, _canonical(_fields(value, names, depth), depth + 1)]
+    return _newer_kind(value, depth)
+
+
+def _newer_kind(value: object, depth: int) -> JSON:
+    """The forms of kinds hashed by content since numpy, complex, Fraction and pydantic.
+
+    Raises:
+        _Refused: as ``_canonical``; in particular for a value of no kind it knows.
+
+    """
+    numpy = sys.modules.get("numpy")  # never imported here: a numpy value means it is loaded
+    if numpy is not None and isinstance(value, numpy.ndarray | numpy.generic):
+        return _numpy(value, numpy, depth)
+    if isinstance(value, complex):
+        return ["complex", repr(value.real), repr(value.imag)]
+    if isinstance(value, fractions.Fraction):
+        return ["Fraction", _int(value.numerator, depth), _int(value.denominator, depth)]
+    pydantic = sys.modules.get("pydantic")
+    if pydantic is not None and isinstance(value, pydantic.BaseModel):
+        return _pydantic(value, depth)
+    if pydantic is not None and isinstance(value, pydantic.SecretStr | pydantic.SecretBytes):
+        return ["secret", type(value).__qualname__, _canonical(value.get_secret_value(), depth)]
+    core = sys.modules.get("pydantic_core")
+    if core is not None and isinstance(getattr(value, "_url", value), core.Url | core.MultiHostUrl):
+        # pydantic's URL types (HttpUrl, PostgresDsn, ...) are equal when of one class and
+        # one URL; they wrap pydantic_core's, which are equal by URL.
+        return ["url", type(value).__qualname__, str(value)]
+    raise _Refused(
+        f"a value of type {_type_name(type(value))}, {_INCOMPARABLE}",
+        "Make it a value safeact can compare: an attrs class, a dataclass or a pydantic model "
+        "(the fields that take part in equality are hashed)" + (_FIELD_OUT if depth else ""),
+        nested=depth > 0,
+    )
+
+
+def _int(value: int, depth: int) -> JSON:
+    """An int as JSON writes it; one too long for ``json.dumps`` in hex.
+
+    Raises:
+        _Refused: the int is short enough for JSON, but not for this process's
+            ``sys.set_int_max_str_digits`` limit, lowered below the default.
+
+    """
+    if value.bit_length() < _FEW_BITS:
+        return value
+    if abs(value) >= _LONG:
+        return ["int", hex(value)]
+    limit = sys.get_int_max_str_digits()
+    if limit and abs(value) >= 10**limit:
+        raise _Refused(
+            f"an int of more than {limit} digits, this process's sys.set_int_max_str_digits limit",
+            f"Raise the limit to {_JSON_DIGITS} (Python's default) or more",
+            nested=depth > 0,
+        )
+    return value
+
+
+def _float_text(value: float) -> str:
+    """``repr(value)``; for a numpy float64, its repr under numpy 2's default printing.
+
+    numpy's repr follows ``numpy.set_printoptions`` (``legacy="1.25"`` drops the
+    ``np.float64(...)``), which would make the hash depend on the process.
+    """
+    numpy = sys.modules.get("numpy")
+    if type(value) is not float and numpy is not None and type(value) is numpy.float64:
+        return f"np.float64({float(value)!r})"
+    return repr(value)
+
+
+def _numpy(value: object, numpy: ModuleType, depth: int) -> JSON:
+    """A numpy array by dtype, shape and the digest of its data; a numpy scalar by its bytes.
+
+    Object arrays are hashed item by item. Data is hashed in C order and little-endian, with
+    every NaN made the same NaN, so equal arrays hash alike whatever their memory layout.
+
+    Raises:
+        _Refused: an ndarray subclass (a masked array, a matrix), or a dtype whose bytes
+            are not its content (structured, variable-width strings, long double).
+
+    """
+    if isinstance(value, numpy.ndarray) and type(value) is not numpy.ndarray:
+        raise _Refused(
+            f"a value of type {_type_name(type(value))}, an ndarray subclass whose "
+            "equality safeact does not know",
+            "Pass numpy.asarray(value) if its data alone makes the call",
+            nested=depth > 0,
+        )
+    array = numpy.asarray(value)
+    shape: list[JSON] = [int(side) for side in array.shape]
+    if array.dtype.kind == "O":
+        return ["ndarray", "|O", shape, [_canonical(item, depth + 1) for item in array.flat]]
+    dtype, data = _numpy_data(array, numpy, depth)
+    if isinstance(value, numpy.generic):
+        return ["numpy", dtype, data.hex()]
+    return ["ndarray", dtype, shape, hashlib.sha256(data).hexdigest()]
+
+
+def _numpy_data(array: Any, numpy: ModuleType, depth: int) -> tuple[str, bytes]:
+    """The little-endian dtype string and C-order bytes of ``array``, NaNs made alike.
+
+    ``array`` is an ndarray, typed ``Any``: safeact does not import numpy, so has no types.
+
+    Raises:
+        _Refused: a dtype whose bytes are not its content.
+
+    """
+    kind, char = array.dtype.kind, array.dtype.char
+    if kind not in _NUMPY_KINDS or char in "gG":  # long doubles carry padding bytes
+        raise _Refused(
+            f"a numpy value of dtype {array.dtype}, whose bytes safeact cannot compare",
+            "Convert it to a plain dtype (numbers, bool, datetime64, fixed-width strings)",
+            nested=depth > 0,
+        )
+    little = array.dtype.newbyteorder("<")
+    data = array.astype(little, copy=False)
+    if kind in "fc" and numpy.isnan(data).any():
+        data = data.copy()
+        for part in (data.real, data.imag) if kind == "c" else (data,):
+            part[numpy.isnan(part)] = numpy.nan
+    return str(little.str), bytes(data.tobytes())
+
+
+def _pydantic(value: object, depth: int) -> JSON:
+    """A pydantic model by what its ``==`` compares: class, fields, extra and private values.
+
+    A generic model is named by its origin class (``Box[int](x=1) == Box(x=1)``), and no
+    extra is the same as an empty one.
+
+    Raises:
+        _Refused: a field was never set (a model made by ``model_construct`` without it).
+
+    """
+    cls = type(value)
+    origin: type = getattr(value, "__pydantic_generic_metadata__", {}).get("origin") or cls
+    state: dict[str, object] = vars(value)
+    fields: dict[str, object] = {}
+    for name in getattr(cls, "__pydantic_fields__", {}):
+        if name not in state:
+            raise _half_built(cls, name, depth)
+        fields[name] = state[name]
+    extra: object = getattr(value, "__pydantic_extra__", None) or {}
+    private: object = getattr(value, "__pydantic_private__", None) or {}
+    return [
+        "pydantic",
+        origin.__qualname__,
+        _canonical(fields, depth + 1),
+        _canonical(extra, depth + 1),
+        _canonical(private, depth + 1),
+    ]
+
+
+def _fields(value: object, names: list[str], depth: int) -> dict[str, object]:
+    """The attributes ``names`` of an attrs or dataclass instance.
+
+    Raises:
+        _Refused: one was never set (the instance was made without its ``__init__``).
+
+    """
+    fields = {}
+    for name in names:
+        try:
+            fields[name] = getattr(value, name)
+        except AttributeError:
+            raise _half_built(type(value), name, depth) from None
+    return fields
+
+
+def _half_built(cls: type, name: str, depth: int) -> _Refused:
+    return _Refused(
+        f"a value of type {_type_name(cls)} whose field {name!r} was never set "
+        "(made without its __init__?)",
+        "Build it by calling its class",
+        nested=depth > 0,
+    )
+
+
+def _type_name(cls: type) -> str:
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _sort_key(value: JSON) -> str:

@@ -87,6 +87,7 @@ __all__ = [
     "Step",
     "Wait",
     "abandonment",
+    "amend_refusal",
     "check_resolvable",
     "checkpoint",
     "checkpoint_hook",
@@ -384,6 +385,28 @@ def check_resolvable(key: str, record: Record | None) -> Record:
             "only ATTEMPTING and IN_DOUBT keys need a decision"
         )
     return record
+
+
+def amend_refusal(key: str, record: Record | None, *, decided: bool) -> str | None:
+    """Why ``amend`` may not replace ``record``'s result, or None if it may.
+
+    Only a result someone decided (``decided``: an operator's or a probe's, not returned by
+    the action) can be corrected: a result the action returned is what happened, and a key
+    in any other state has no decided result to correct.
+    """
+    if record is None:
+        return f"cannot amend key {key!r}: the ledger has no such key"
+    if record.state is not State.SUCCEEDED:
+        return (
+            f"cannot amend key {key!r}: it is {record.state.value}; only a result an operator "
+            "or a probe recorded (resolve with happened) can be amended"
+        )
+    if not decided:
+        return (
+            f"cannot amend key {key!r}: its result is the one its action returned, which is "
+            "what happened; only a result an operator or a probe recorded can be amended"
+        )
+    return None
 
 
 class SagaState(enum.Enum):

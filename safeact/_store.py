@@ -11,18 +11,20 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import enum
+import functools
 import json
 import logging
 import os
 import threading
 import weakref
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self, TypeAlias
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, Self, TypeVar
 
 import attrs
 
 from safeact._codec import encode_untyped
-from safeact._history import Event, Why, saga_why, why_finished, why_in_doubt
+from safeact._history import DECIDED, Event, Why, saga_why, why_finished, why_in_doubt
 from safeact._outcome import in_doubt_from
 from safeact._owner import Owner, is_gone, this_process
 from safeact._protocol import (
@@ -34,6 +36,7 @@ from safeact._protocol import (
     SagaState,
     State,
     abandonment,
+    amend_refusal,
     check_resolvable,
     checkpoint,
     may_mark,
@@ -41,15 +44,24 @@ from safeact._protocol import (
 )
 from safeact._reconcile import Probe, reconcile_key
 from safeact._schema import SCHEMA_VERSION, UNSETTLED_SQL
-from safeact.exceptions import NotProvenError, SafeError, StoreError
+from safeact.exceptions import CorruptRecordError, NotProvenError, SafeError, StoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable, Iterator, Mapping
+    from collections.abc import Callable, Iterable, Iterator, Mapping
     from types import TracebackType
 
     from safeact._protocol import JSON
 
-__all__ = ["Cursor", "Executor", "Purged", "Store", "get_store", "names_postgres", "utc_now"]
+__all__ = [
+    "NO_RESULT",
+    "Cursor",
+    "Executor",
+    "Purged",
+    "Store",
+    "get_store",
+    "names_postgres",
+    "utc_now",
+]
 
 logger = logging.getLogger("safeact")
 
@@ -80,7 +92,8 @@ LEASE = 30.0
 """Default seconds an owner's claim stays alive without a heartbeat."""
 
 
-_NO_RESULT: object = object()
+NO_RESULT: Any = object()
+"""``resolve``'s default result: none given (``None`` is a result)."""
 
 _OWNER_WRITES = frozenset({State.ATTEMPTING, State.IN_DOUBT, State.RELEASED})
 """Where an owner's completion replaces its attempt's row: nothing is replayed from them."""
@@ -107,6 +120,20 @@ def utc_now() -> datetime:
 
 def _time(value: datetime | None) -> str | None:
     return None if value is None else value.astimezone(UTC).isoformat(timespec="microseconds")
+
+
+def _check_tool(key: str, record: Record, tool: str | None) -> None:
+    """Refuse a tool's decision about another tool's key (its result would not fit).
+
+    Raises:
+        SafeError: ``tool`` is given and is not ``record``'s tool.
+
+    """
+    if tool is not None and record.tool != tool:
+        raise SafeError(
+            f"key {key!r} belongs to tool {record.tool}, not {tool}: decide it with that "
+            "tool, or with Store.resolve / safeact resolve"
+        )
 
 
 _LIBPQ_KEYWORDS = frozenset(
@@ -252,9 +279,15 @@ class Store:
         self._close_connections()
 
     def get(self, key: str) -> Record | None:
-        """Return the record of ``key``, or ``None`` if it was never claimed."""
+        """Return the record of ``key``, or ``None`` if it was never claimed.
+
+        Raises:
+            CorruptRecordError: the key's row holds what safeact never writes (it was changed
+                outside safeact); nothing may run under the key until it is mended.
+
+        """
         rows = self._read(f"SELECT {_COLUMNS} FROM calls WHERE key = ?", (key,))  # noqa: S608 - constant columns
-        return _record(rows[0]) if rows else None
+        return _record(self.location, rows[0]) if rows else None
 
     def list_in_doubt(self) -> list[Record]:
         """Return every key that needs a decision, oldest first.
@@ -285,6 +318,27 @@ class Store:
 
         Only those in ``state``, of ``tool``, attempted at or after ``since``, or (with
         ``unsettled``) ATTEMPTING or IN_DOUBT, when given.
+
+        Raises:
+            CorruptRecordError: a key's row cannot be read (``scan_records`` reads the rest).
+
+        """
+        return _readable(
+            self.scan_records(state=state, tool=tool, since=since, unsettled=unsettled)
+        )
+
+    def scan_records(
+        self,
+        *,
+        state: State | None = None,
+        tool: str | None = None,
+        since: datetime | None = None,
+        unsettled: bool = False,
+    ) -> list[Record | CorruptRecordError]:
+        """Return the keys as ``records`` does, with each corrupt row's error in its place.
+
+        For listings that must show every key: a row changed outside safeact is reported,
+        and does not hide the others.
         """
         where = [
             "coalesce(?, state) = state",
@@ -299,31 +353,56 @@ class Store:
             "ORDER BY attempted_at, key",
             params,
         )
-        return [_record(row) for row in rows]
+        return _each(rows, functools.partial(_record, self.location))
 
     def counts(self) -> dict[tuple[str, State], int]:
-        """Return how many keys each tool has in each state."""
-        rows = self._read("SELECT tool, state, count(*) FROM calls GROUP BY tool, state", ())
-        return {(tool, State(state)): count for tool, state, count in rows}
+        """Return how many keys each tool has in each state.
+
+        Raises:
+            CorruptRecordError: a key's tool or state is not one safeact writes (one such key
+                is named).
+
+        """
+        rows = self._read(
+            "SELECT tool, state, count(*), min(key) FROM calls GROUP BY tool, state", ()
+        )
+        counted: dict[tuple[str, State], int] = {}
+        for tool, state, count, key in rows:
+            with _Reading(self.location, "calls", key):
+                counted[_text("tool", tool), _member("state", state, State)] = int(count)
+        return counted
 
     def history(self, key: str) -> list[Event]:
         """Return every change of ``key``'s state, oldest first (empty for an unknown key).
 
         The history outlives a purge of the key and is never rewritten: the ledger refuses
         updates and deletes of it.
+
+        Raises:
+            CorruptRecordError: an event cannot be read (``scan_history`` reads the rest).
+
         """
+        return _readable(self.scan_history(key))
+
+    def scan_history(self, key: str) -> list[Event | CorruptRecordError]:
+        """Return ``key``'s history as ``history`` does, with each corrupt event's error."""
         return self._history("key", key)
 
     def saga_history(self, saga_id: str) -> list[Event]:
-        """Return every change of the saga's state, oldest first."""
-        return self._history("saga", saga_id)
+        """Return every change of the saga's state, oldest first.
+
+        Raises:
+            CorruptRecordError: an event cannot be read.
+
+        """
+        return _readable(self._history("saga", saga_id))
 
     def resolve(  # noqa: PLR0913 - one keyword per part of the decision
         self,
         key: str,
         *,
         happened: bool,
-        result: object = _NO_RESULT,
+        result: object = NO_RESULT,
         attempt_id: str | None = None,
         note: str | None = None,
         force: bool = False,
@@ -355,17 +434,45 @@ class Store:
                 ``happened=False``, or cannot be stored.
 
         """
+        return self._decide(
+            key,
+            happened=happened,
+            result=result,
+            encode=encode_untyped,
+            tool=None,
+            attempt_id=attempt_id,
+            note=note,
+            force=force,
+        )
+
+    def _decide(  # noqa: PLR0913 - resolve's parameters, and how to check the result
+        self,
+        key: str,
+        *,
+        happened: bool,
+        result: object,
+        encode: Callable[[object], JSON],
+        tool: str | None,
+        attempt_id: str | None,
+        note: str | None,
+        force: bool,
+    ) -> Record:
+        """Do ``resolve``, storing the result through ``encode`` (a tool's checks its type).
+
+        ``tool``, if given, must be the key's tool.
+        """
         if happened and force:
             raise ValueError("force=True goes with happened=False: happened=True needs no proof")
-        if happened and result is _NO_RESULT:
+        if happened and result is NO_RESULT:
             raise ValueError(
                 "happened=True needs result=, the value the tool would have returned "
                 "(result=None for a tool that returns None)"
             )
-        if not happened and result is not _NO_RESULT:
+        if not happened and result is not NO_RESULT:
             raise ValueError("a result makes sense only with happened=True")
-        stored = json.dumps(encode_untyped(result)) if happened else None
+        stored = json.dumps(encode(result)) if happened else None
         record = check_resolvable(key, self.get(key))
+        _check_tool(key, record, tool)
         if attempt_id is not None and record.attempt_id != attempt_id:
             raise SafeError(
                 f"cannot resolve key {key!r}: attempt {attempt_id} is over, the key is now at "
@@ -383,10 +490,79 @@ class Store:
             raise SafeError(
                 f"cannot resolve key {key!r}: it changed while being resolved; look at it again"
             )
-        settled = self.get(key)
-        if settled is None:  # pragma: no cover - keys are only removed by purge, never unsettled
-            raise SafeError(f"cannot resolve key {key!r}: it vanished")
-        return settled
+        return self._now(key)
+
+    def amend(self, key: str, *, result: object, note: str | None = None) -> Record:
+        """Correct the result an operator or a probe recorded for ``key``; return its record.
+
+        For a key closed as happened with a wrong value (one that does not fit the tool's
+        return type, say, so that its replay raises ``StoreError``). Later calls replay
+        ``result``; the history keeps the value it replaces, with ``note``. A result the
+        action itself returned is never amended: it is what happened.
+
+        Raises:
+            SafeError: the key is unknown, not SUCCEEDED, or holds its action's own result.
+            ValueError: ``result`` cannot be stored.
+
+        """
+        return self._amend(key, result=result, encode=encode_untyped, tool=None, note=note)
+
+    def _amend(
+        self,
+        key: str,
+        *,
+        result: object,
+        encode: Callable[[object], JSON],
+        tool: str | None,
+        note: str | None,
+    ) -> Record:
+        """Do ``amend``, with ``encode`` and ``tool`` as in ``_decide``."""
+        stored = json.dumps(encode(result))
+        with self._errors(), self._transaction(sync=True) as db:
+            current = self._locked_record(db, key)
+            decided = current is not None and self._closed_by(db, current) in DECIDED
+            refusal = amend_refusal(key, current, decided=decided)
+            if refusal is not None:
+                raise SafeError(refusal)
+            assert current is not None
+            _check_tool(key, current, tool)
+            was = f"was {json.dumps(current.result)}"
+            event = self._new_event(
+                key,
+                State.SUCCEEDED,
+                Why.AMENDED,
+                note=was if note is None else f"{was}; {note}",
+                operator=True,
+                from_state=State.SUCCEEDED,
+                attempt_id=current.attempt_id,
+            )
+            db.execute(
+                "UPDATE calls SET result = ? WHERE key = ? AND attempt_id = ?",
+                (stored, key, current.attempt_id),
+            )
+            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", event))
+        return self._now(key)
+
+    def decided(self, record: Record) -> bool:
+        """Whether ``record``'s result was recorded by an operator or a probe, not its action."""
+        with self._errors(), self._transaction(sync=False) as db:
+            return self._closed_by(db, record) in DECIDED
+
+    def _closed_by(self, db: Executor, record: Record) -> Why | None:
+        """The reason of the latest event that made ``record``'s attempt SUCCEEDED."""
+        row = db.execute(
+            "SELECT why FROM history WHERE kind = 'key' AND subject = ? AND attempt_id = ? "
+            "AND to_state = ? ORDER BY seq DESC LIMIT 1",
+            (record.key, record.attempt_id, State.SUCCEEDED.value),
+        ).fetchone()
+        return None if row is None else Why(row[0])
+
+    def _now(self, key: str) -> Record:
+        """``key``'s record just after a decision wrote it."""
+        record = self.get(key)
+        if record is None:  # pragma: no cover - keys are only removed by purge, never unsettled
+            raise SafeError(f"key {key!r} vanished")
+        return record
 
     def settle(  # noqa: PLR0913 - one parameter per column of the decision
         self,
@@ -770,6 +946,19 @@ class Store:
         Each is the late attempt's outcome (state, result or error, when), keyed by its
         ``attempt_id``; the key's own row is the newer attempt's. Such a completion means
         the action ran under a released key while its first attempt was still running.
+
+        Raises:
+            CorruptRecordError: a late completion, or its key's row, cannot be read
+                (``scan_late_completions`` reads the rest).
+
+        """
+        return _readable(self.scan_late_completions(key))
+
+    def scan_late_completions(self, key: str | None = None) -> list[Record | CorruptRecordError]:
+        """Return ``late_completions`` with each corrupt row's error in its place.
+
+        A late completion is read onto its key's current record: a corrupt key's row gives
+        its error here too.
         """
         rows = self._read(
             "SELECT l.key, l.attempt_id, l.state, l.result, l.error_type, "
@@ -777,23 +966,14 @@ class Store:
             "WHERE coalesce(?, l.key) = l.key ORDER BY l.finished_at, l.key",
             (key,),
         )
-        late = []
-        for late_key, attempt_id, state, result, error_type, error_message, finished in rows:
-            current = self.get(late_key)
-            if current is None:
-                continue
-            late.append(
-                attrs.evolve(
-                    current,
-                    attempt_id=attempt_id,
-                    state=State(state),
-                    result=None if result is None else json.loads(result),
-                    error_type=error_type,
-                    error_message=error_message,
-                    finished_at=datetime.fromisoformat(finished),
-                    doubt_reason=None,
-                )
-            )
+        late: list[Record | CorruptRecordError] = []
+        for row in rows:
+            try:
+                current = self.get(row[0])
+                if current is not None:
+                    late.append(_late(self.location, current, row))
+            except CorruptRecordError as error:
+                late.append(error)
         return late
 
     def mark_in_doubt(
@@ -837,7 +1017,12 @@ class Store:
         return True
 
     def get_saga(self, saga_id: str) -> SagaRecord | None:
-        """Return the progress of saga ``saga_id``, or ``None`` if it never started."""
+        """Return the progress of saga ``saga_id``, or ``None`` if it never started.
+
+        Raises:
+            CorruptRecordError: the saga's row, or one of its steps, cannot be read.
+
+        """
         rows = self._read(
             "SELECT saga_id, state, started_at, updated_at, aborted_step, abort_reason "
             "FROM sagas WHERE saga_id = ?",
@@ -847,16 +1032,34 @@ class Store:
             "SELECT key, compensation FROM saga_steps WHERE saga_id = ? ORDER BY step_index",
             (saga_id,),
         )
-        return _saga_record(rows[0], steps) if rows else None
+        return _saga_record(self.location, rows[0], steps) if rows else None
 
     def list_sagas(self, state: SagaState | None = None) -> list[SagaRecord]:
-        """Return every saga, or those in ``state``; stuck rollbacks (COMPENSATING) first."""
+        """Return every saga, or those in ``state``; stuck rollbacks (COMPENSATING) first.
+
+        Raises:
+            CorruptRecordError: a saga cannot be read (``scan_sagas`` reads the rest).
+
+        """
+        return _readable(self.scan_sagas(state))
+
+    def scan_sagas(self, state: SagaState | None = None) -> list[SagaRecord | CorruptRecordError]:
+        """Return the sagas as ``list_sagas`` does, with each corrupt saga's error in its place."""
         rows = self._read(
             "SELECT saga_id FROM sagas WHERE coalesce(?, state) = state "
             "ORDER BY state != ?, started_at, saga_id",
             (None if state is None else state.value, SagaState.COMPENSATING.value),
         )
-        return [saga for (saga_id,) in rows if (saga := self.get_saga(saga_id)) is not None]
+        sagas: list[SagaRecord | CorruptRecordError] = []
+        for (saga_id,) in rows:
+            try:
+                saga = self.get_saga(saga_id)
+            except CorruptRecordError as error:
+                sagas.append(error)
+                continue
+            if saga is not None:  # else it was purged meanwhile
+                sagas.append(saga)
+        return sagas
 
     def begin_saga(self, saga_id: str) -> SagaRecord:
         """Record saga ``saga_id`` as RUNNING unless it exists; return its progress."""
@@ -946,28 +1149,14 @@ class Store:
             note=note,
         )
 
-    def _history(self, kind: str, subject: str) -> list[Event]:
-        states: type[State | SagaState] = State if kind == "key" else SagaState
+    def _history(self, kind: str, subject: str) -> list[Event | CorruptRecordError]:
+        """The events of a key's (``kind`` "key") or a saga's history, corrupt ones as errors."""
         rows = self._read(
             "SELECT at, why, by_kind, by_host, by_pid, from_state, to_state, "
             "attempt_id, note FROM history WHERE kind = ? AND subject = ? ORDER BY seq",
             (kind, subject),
         )
-        return [
-            Event(
-                subject=subject,
-                at=datetime.fromisoformat(at),
-                why=Why(why),
-                by="operator" if by == "operator" else "process",
-                host=host,
-                pid=pid,
-                from_state=None if from_state is None else states(from_state),
-                to_state=None if to_state is None else states(to_state),
-                attempt_id=attempt_id,
-                note=note,
-            )
-            for at, why, by, host, pid, from_state, to_state, attempt_id, note in rows
-        ]
+        return _each(rows, functools.partial(_event, self.location, kind, subject))
 
     def _locked_record(self, db: Executor, key: str) -> Record | None:
         """Lock ``key``'s row for this transaction; return it."""
@@ -975,7 +1164,7 @@ class Store:
             f"SELECT {_COLUMNS} FROM calls WHERE key = ?{self._FOR_UPDATE}",  # noqa: S608 - constants
             (key,),
         ).fetchone()
-        return None if row is None else _record(row)
+        return None if row is None else _record(self.location, row)
 
     def _locked_row(self, db: Executor, key: str) -> tuple[str, str] | None:
         """Lock ``key``'s row for this transaction; return its (state, attempt_id)."""
@@ -1046,81 +1235,299 @@ def _stop_heartbeats() -> None:
         store._stop_heartbeat(wait=1.0)  # noqa: SLF001 - the module's own class
 
 
-_SagaRow: TypeAlias = tuple[str, str, str, str, str | None, str | None]
+# Reading rows. What a stored value means is decided here, once, for every read. A value
+# safeact never writes (the row was changed outside it) raises CorruptRecordError naming
+# the row, the column and the fix: never a raw ValueError from deep inside a decision, and
+# never a half-checked record (a time without its offset would make every later comparison
+# of times raise, far from the row that caused it).
+
+_ROWS = {
+    "calls": (
+        "key",
+        (
+            "safeact runs nothing under this key until the row is mended: check what its "
+            "action did, then restore the row from a backup or correct it by hand (deleting "
+            "it lets the next call run the action again)"
+        ),
+    ),
+    "late_completions": (
+        "late completion of key",
+        "Restore the row from a backup, or correct or delete it by hand",
+    ),
+    "history": (
+        "an event in the history of",
+        "The history is append-only: restore the ledger from a backup to mend it",
+    ),
+    "sagas": ("saga", "Restore the row from a backup or correct it by hand"),
+    "saga_steps": ("a step of saga", "Restore the row from a backup or correct it by hand"),
+}
+"""For each table: how its rows are named for people, and what to do about a corrupt one."""
+
+_SHOWN = 40
+"""Characters of a corrupt value shown in its error: enough to recognise, never a page."""
+
+_LISTED = 8
+"""Enums of at most this many values are listed in full when a stored value is none of them."""
+
+_T = TypeVar("_T")
+_E = TypeVar("_E", bound=enum.Enum)
 
 
-def _saga_record(row: _SagaRow, steps: list[tuple[str, str | None]]) -> SagaRecord:
+class _Unreadable(Exception):  # noqa: N818 - internal; the row's reader raises the real error
+    """A column holds a value safeact never writes there; ``_Reading`` names the row."""
+
+    def __init__(self, column: str, what: str) -> None:
+        self.column = column
+        super().__init__(f"{column} {what}")
+
+
+@attrs.frozen
+class _Reading:
+    """The reading of one row of ``table``: an ``_Unreadable`` column becomes the row's error."""
+
+    ledger: str
+    table: str
+    subject: object
+
+    def __enter__(self) -> None:
+        """Nothing to set up: the work is in turning the error."""
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        """Raise ``CorruptRecordError`` for an unreadable column; let anything else through."""
+        if isinstance(exc, _Unreadable):
+            name, fix = _ROWS[self.table]
+            subject = self.subject if isinstance(self.subject, str) else _shown(self.subject)
+            raise CorruptRecordError(
+                f"{self.ledger}: {name} {subject!r}",
+                table=self.table,
+                subject=subject,
+                column=exc.column,
+                problem=str(exc),
+                fix=fix,
+            ) from None
+
+
+def _shown(value: object) -> str:
+    """A stored value as an error shows it: its repr, cut short."""
+    text = repr(value)
+    return text if len(text) <= _SHOWN else f"{text[: _SHOWN - 3]}..."
+
+
+def _text(column: str, value: object) -> str:
+    if isinstance(value, str):
+        return value
+    raise _Unreadable(column, f"is {_shown(value)}, not text")
+
+
+def _optional_text(column: str, value: object) -> str | None:
+    return None if value is None else _text(column, value)
+
+
+def _integer(column: str, value: object) -> int:
+    if isinstance(value, int):
+        return value
+    raise _Unreadable(column, f"is {_shown(value)}, not an integer")
+
+
+def _pid(column: str, value: object) -> int:
+    """A process id: a positive integer (``is_gone`` would signal a process group otherwise)."""
+    if isinstance(value, int) and value > 0:
+        return value
+    raise _Unreadable(column, f"is {_shown(value)}, not a process id (a positive integer)")
+
+
+def _moment(column: str, value: object) -> datetime:
+    """A time as ``_time`` writes it: ISO 8601 with its UTC offset."""
+    text = _text(column, value)
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        raise _Unreadable(column, f"is {_shown(text)}, not an ISO 8601 time") from None
+    if moment.tzinfo is None:
+        raise _Unreadable(column, f"is {_shown(text)}, a time without its UTC offset")
+    return moment
+
+
+def _optional_moment(column: str, value: object) -> datetime | None:
+    return None if value is None else _moment(column, value)
+
+
+def _member(column: str, value: object, kind: type[_E]) -> _E:
+    """The member of ``kind`` whose value is stored (a newer safeact's would not be known)."""
+    try:
+        return kind(value)
+    except ValueError:
+        members = [str(member.value) for member in kind]
+        known = (
+            ", ".join(members)
+            if len(members) <= _LISTED
+            else f"the {len(members)} values this safeact knows"
+        )
+        raise _Unreadable(column, f"is {_shown(value)}, not one of {known}") from None
+
+
+def _json(column: str, value: object) -> JSON:
+    text = _text(column, value)
+    try:
+        decoded: JSON = json.loads(text)
+    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep to decode
+        raise _Unreadable(column, f"is not valid JSON ({exc})") from None
+    return decoded
+
+
+def _actor(column: str, value: object) -> Literal["process", "operator"]:
+    if value == "process":
+        return "process"
+    if value == "operator":
+        return "operator"
+    raise _Unreadable(column, f"is {_shown(value)}, not 'process' or 'operator'")
+
+
+def _each(
+    rows: Iterable[tuple[object, ...]], read: Callable[[tuple[object, ...]], _T]
+) -> list[_T | CorruptRecordError]:
+    """Read every row with ``read``; a corrupt row becomes its error, in its place."""
+    found: list[_T | CorruptRecordError] = []
+    for row in rows:
+        try:
+            found.append(read(row))
+        except CorruptRecordError as error:
+            found.append(error)
+    return found
+
+
+def _readable(found: Iterable[_T | CorruptRecordError]) -> list[_T]:
+    """The records read, in order.
+
+    Raises:
+        CorruptRecordError: the first corrupt row's error.
+
+    """
+    records: list[_T] = []
+    for item in found:
+        if isinstance(item, CorruptRecordError):
+            raise item
+        records.append(item)
+    return records
+
+
+def _record(ledger: str, row: tuple[object, ...]) -> Record:
+    """Read one row of ``calls`` (the columns of ``_COLUMNS``, in order) as a ``Record``.
+
+    Raises:
+        CorruptRecordError: a column holds what safeact never writes there.
+
+    """
+    key, tool, state, args_hash, attempt_id, attempted_at = row[:6]
+    lease_until, finished_at, result, error_type, error_message, doubt_reason = row[12:]
+    with _Reading(ledger, "calls", key):
+        return Record(
+            key=_text("key", key),
+            tool=_text("tool", tool),
+            state=_member("state", state, State),
+            args_hash=_text("args_hash", args_hash),
+            attempt_id=_text("attempt_id", attempt_id),
+            attempted_at=_moment("attempted_at", attempted_at),
+            owner=_owner(row[6:12]),
+            lease_until=_moment("lease_until", lease_until),
+            finished_at=_optional_moment("finished_at", finished_at),
+            result=None if result is None else _json("result", result),
+            error_type=_optional_text("error_type", error_type),
+            error_message=_optional_text("error_message", error_message),
+            doubt_reason=(
+                None if doubt_reason is None else _member("doubt_reason", doubt_reason, DoubtReason)
+            ),
+        )
+
+
+def _owner(columns: tuple[object, ...]) -> Owner:
+    """Read the owner's columns of a ``calls`` row (host, boot, pid, started, machine, pidns)."""
+    host, boot, pid, started, machine, pidns = columns
+    # started may be any integer: 0 is "unknown", and tests bury owners with a negative one.
+    return Owner(
+        _text("owner_host", host),
+        _text("owner_boot", boot),
+        _pid("owner_pid", pid),
+        _integer("owner_started", started),
+        _text("owner_machine", machine),
+        _text("owner_pidns", pidns),
+    )
+
+
+def _late(ledger: str, current: Record, row: tuple[object, ...]) -> Record:
+    """Read one row of ``late_completions`` as the late attempt's record (``current``'s key).
+
+    Raises:
+        CorruptRecordError: a column holds what safeact never writes there.
+
+    """
+    key, attempt_id, state, result, error_type, error_message, finished_at = row
+    with _Reading(ledger, "late_completions", key):
+        return attrs.evolve(
+            current,
+            attempt_id=_text("attempt_id", attempt_id),
+            state=_member("state", state, State),
+            result=None if result is None else _json("result", result),
+            error_type=_optional_text("error_type", error_type),
+            error_message=_optional_text("error_message", error_message),
+            finished_at=_moment("finished_at", finished_at),
+            doubt_reason=None,
+        )
+
+
+def _event(ledger: str, kind: str, subject: str, row: tuple[object, ...]) -> Event:
+    """Read one row of ``history`` (a key's, or with ``kind`` "saga" a saga's) as an ``Event``.
+
+    Raises:
+        CorruptRecordError: a column holds what safeact never writes there.
+
+    """
+    states: type[State | SagaState] = State if kind == "key" else SagaState
+    at, why, by, host, pid, from_state, to_state, attempt_id, note = row
+    with _Reading(ledger, "history", subject):
+        return Event(
+            subject=subject,
+            at=_moment("at", at),
+            why=_member("why", why, Why),
+            by=_actor("by_kind", by),
+            host=_text("by_host", host),
+            pid=_pid("by_pid", pid),
+            from_state=None if from_state is None else _member("from_state", from_state, states),
+            to_state=None if to_state is None else _member("to_state", to_state, states),
+            attempt_id=_optional_text("attempt_id", attempt_id),
+            note=_optional_text("note", note),
+        )
+
+
+def _saga_record(
+    ledger: str, row: tuple[object, ...], steps: list[tuple[object, ...]]
+) -> SagaRecord:
+    """Read a row of ``sagas`` and its ``saga_steps`` rows as a ``SagaRecord``.
+
+    Raises:
+        CorruptRecordError: a column holds what safeact never writes there.
+
+    """
     saga_id, state, started_at, updated_at, aborted_step, abort_reason = row
-    return SagaRecord(
-        saga_id=saga_id,
-        state=SagaState(state),
-        started_at=datetime.fromisoformat(started_at),
-        updated_at=datetime.fromisoformat(updated_at),
-        steps=tuple(key for key, _ in steps),
-        compensations=tuple(compensation for _, compensation in steps),
-        aborted_step=aborted_step,
-        abort_reason=abort_reason,
-    )
-
-
-_Row: TypeAlias = tuple[
-    str,
-    str,
-    str,
-    str,
-    str,
-    str,
-    str,
-    str,
-    int,
-    int,
-    str,
-    str,
-    str,
-    str | None,
-    str | None,
-    str | None,
-    str | None,
-    str | None,
-]
-
-
-def _record(row: _Row) -> Record:
-    (
-        key,
-        tool,
-        state,
-        args_hash,
-        attempt_id,
-        attempted_at,
-        owner_host,
-        owner_boot,
-        owner_pid,
-        owner_started,
-        owner_machine,
-        owner_pidns,
-        lease_until,
-        finished_at,
-        result,
-        error_type,
-        error_message,
-        doubt_reason,
-    ) = row
-    return Record(
-        key=key,
-        tool=tool,
-        state=State(state),
-        args_hash=args_hash,
-        attempt_id=attempt_id,
-        attempted_at=datetime.fromisoformat(attempted_at),
-        owner=Owner(owner_host, owner_boot, owner_pid, owner_started, owner_machine, owner_pidns),
-        lease_until=datetime.fromisoformat(lease_until),
-        finished_at=None if finished_at is None else datetime.fromisoformat(finished_at),
-        result=None if result is None else json.loads(result),
-        error_type=error_type,
-        error_message=error_message,
-        doubt_reason=None if doubt_reason is None else DoubtReason(doubt_reason),
-    )
+    with _Reading(ledger, "saga_steps", saga_id):
+        keys = tuple(_text("key", key) for key, _ in steps)
+        undo = tuple(_optional_text("compensation", compensation) for _, compensation in steps)
+    with _Reading(ledger, "sagas", saga_id):
+        return SagaRecord(
+            saga_id=_text("saga_id", saga_id),
+            state=_member("state", state, SagaState),
+            started_at=_moment("started_at", started_at),
+            updated_at=_moment("updated_at", updated_at),
+            steps=keys,
+            compensations=undo,
+            aborted_step=_optional_text("aborted_step", aborted_step),
+            abort_reason=_optional_text("abort_reason", abort_reason),
+        )
 
 
 def _event_values(kind: str, event: Event) -> tuple[object, ...]:

@@ -6,16 +6,18 @@ import functools
 import inspect
 import logging
 import os
+import shlex
 import sys
 import time
 import types
 import typing
 import uuid
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable, Coroutine, Iterable
 from typing import (
     Any,
     Concatenate,
     Generic,
+    Literal,
     Never,
     ParamSpec,
     TypeAlias,
@@ -26,7 +28,7 @@ from typing import (
 
 from safeact._codec import ResultNotStorableError, check_return_type, decode, encode
 from safeact._history import Why
-from safeact._keys import args_hash, check_key, check_text
+from safeact._keys import args_hash, check_ignore, check_key, check_text, ignored_names
 from safeact._outcome import Failed, Outcome, Succeeded, failed_from, in_doubt_from
 from safeact._protocol import (
     JSON,
@@ -44,7 +46,8 @@ from safeact._protocol import (
     owner_may_write,
 )
 from safeact._reconcile import Probe, reconcile_key
-from safeact._store import Store, get_store, utc_now
+from safeact._store import NO_RESULT, Store, get_store, utc_now
+from safeact.exceptions import StoreError
 
 __all__ = ["AsyncSafeTool", "SafeTool", "raise_on_doubt", "safe"]
 
@@ -81,15 +84,24 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
     that raises) leaves it in doubt and the call returns ``InDoubt``. An ``async def``
     function becomes an ``AsyncSafeTool`` (its probe runs in a worker thread).
 
+    ``ignore`` names parameters left out of the args hash, such as an injected HTTP client
+    or logger: they are still passed to the function, but a retry with another value of
+    them replays instead of conflicting. A call refuses (``TypeError``, before anything
+    runs) an argument safeact cannot compare by content (an object of a plain class, a
+    file, a client, a function): ignore its parameter, or make it an attrs class, a
+    dataclass or a pydantic model. The tool's ``ignore`` attribute is the set of names.
+
     Raises:
         StoreError: the ledger at ``store`` cannot be opened.
-        ValueError: ``name`` is empty or ``wait`` negative.
+        ValueError: ``name`` is empty or ``wait`` negative; or, when a function is guarded,
+            ``ignore`` names its key parameter or a parameter it does not have.
+        TypeError: ``ignore`` is a ``str`` (write ``ignore=("client",)``) or holds a non-str.
 
     """
 
-    __slots__ = ("_compensate", "_name", "_reconcile", "_store", "_wait")
+    __slots__ = ("_compensate", "_ignore", "_name", "_reconcile", "_store", "_wait")
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - one keyword per setting
         self,
         store: str | os.PathLike[str] | Store,
         *,
@@ -97,8 +109,10 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
         wait: float = WAIT,
         compensate: Compensation | None = None,
         reconcile: Probe[object] | None = None,
+        ignore: Iterable[str] = (),
     ) -> None:
         """Open the ledger now, so a bad path fails before any action runs."""
+        names = ignored_names(ignore)
         if name is not None:
             if not name:
                 raise ValueError("name must be a non-empty string, or None for module.qualname")
@@ -110,6 +124,7 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
         self._wait = wait
         self._compensate = compensate
         self._reconcile = reconcile
+        self._ignore = names
 
     @overload
     def __call__(  # type: ignore[overload-overlap] # a coroutine function is also a callable
@@ -134,6 +149,7 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
             "wait": self._wait,
             "compensate": self._compensate,
             "reconcile": self._reconcile,
+            "ignore": self._ignore,
         }
         if inspect.iscoroutinefunction(fn):
             return AsyncSafeTool(fn, self._store, **settings)  # type: ignore[arg-type] # checked just above
@@ -187,6 +203,7 @@ class _Guard(Generic[T_co]):
         wait: float = WAIT,
         compensate: Compensation | None = None,
         reconcile: Probe[object] | None = None,
+        ignore: Iterable[str] = (),
     ) -> None:
         self.name = name if name is not None else _default_name(fn)
         self.store = store
@@ -194,6 +211,7 @@ class _Guard(Generic[T_co]):
         self.compensate = compensate
         self.reconcile = reconcile
         self._signature = _key_first_signature(fn, self.name)
+        self.ignore = check_ignore(self._signature, ignore, self.name)
         self.return_type = check_return_type(fn, self.name)
 
     def __repr__(self) -> str:
@@ -202,7 +220,7 @@ class _Guard(Generic[T_co]):
     def _digest(self, key: str, args: tuple[object, ...], kwargs: dict[str, object]) -> str:
         check_key(key)
         try:
-            return args_hash(self._signature, args, kwargs)
+            return args_hash(self._signature, args, kwargs, self.ignore)
         except TypeError as exc:
             raise TypeError(f"{self.name}: {exc}") from exc
 
@@ -217,8 +235,24 @@ class _Guard(Generic[T_co]):
         )
 
     def replay(self, record: Record) -> T_co:
-        """Rebuild the stored result of a SUCCEEDED ``record`` as the return type."""
-        return cast("T_co", decode(record.result, self.return_type, key=record.key, tool=self.name))
+        """Rebuild the stored result of a SUCCEEDED ``record`` as the return type.
+
+        Raises:
+            StoreError: the stored result does not rebuild exactly as the return type; for a
+                result an operator or a probe recorded, the message says how to amend it.
+
+        """
+        key, tool = record.key, self.name
+        try:
+            return cast("T_co", decode(record.result, self.return_type, key=key, tool=tool))
+        except StoreError:
+            if not self.store.decided(record):
+                raise
+        fix = (
+            f"An operator or a probe recorded this value; correct it with {tool}.amend("
+            f"{key!r}, value) or `safeact amend LEDGER {shlex.quote(key)} --result JSON`"
+        )
+        return cast("T_co", decode(record.result, self.return_type, key=key, tool=tool, fix=fix))
 
     def _replay(self, record: Record) -> Outcome[T_co]:
         if record.state is State.FAILED:
@@ -251,6 +285,97 @@ class _Guard(Generic[T_co]):
 
     def _encode(self, value: object) -> JSON:
         return encode(value, self.return_type)
+
+    def _checked(self, value: object) -> JSON:
+        """Encode a result an operator gives, refusing one that does not fit the return type.
+
+        Raises:
+            TypeError: ``value`` would not replay as itself under the return type.
+
+        """
+        try:
+            return encode(value, self.return_type)
+        except ResultNotStorableError as exc:
+            raise TypeError(f"{self.name}: the result given does not fit: {exc}") from exc
+
+    def _checked_json(self, value: object) -> JSON:
+        """Check JSON an operator gives as this tool's result: it must replay as given.
+
+        Raises:
+            TypeError: ``value`` does not rebuild as the return type, or not as itself.
+
+        """
+        try:
+            rebuilt = decode(cast("JSON", value), self.return_type, key="-", tool=self.name)
+        except StoreError as exc:
+            raise TypeError(f"{self.name}: the result given does not fit: {exc}") from exc
+        return self._checked(rebuilt)
+
+    @overload
+    def resolve(
+        self,
+        key: str,
+        *,
+        happened: Literal[True],
+        result: T_co,  # type: ignore[misc] # covariant T_co as a parameter: checked at run time
+        attempt_id: str | None = None,
+        note: str | None = None,
+    ) -> Record: ...
+    @overload
+    def resolve(
+        self,
+        key: str,
+        *,
+        happened: Literal[False],
+        attempt_id: str | None = None,
+        note: str | None = None,
+        force: bool = False,
+    ) -> Record: ...
+    def resolve(  # noqa: PLR0913 - Store.resolve's parameters
+        self,
+        key: str,
+        *,
+        happened: bool,
+        result: object = NO_RESULT,
+        attempt_id: str | None = None,
+        note: str | None = None,
+        force: bool = False,
+    ) -> Record:
+        """Close this tool's in-doubt ``key``, as ``Store.resolve`` does, with a typed result.
+
+        ``result`` (with ``happened=True``) must be what the function would have returned:
+        it is checked against the return type, so later calls replay exactly it.
+
+        Raises:
+            TypeError: ``result`` does not fit the return type (nothing was changed).
+            SafeError: the key belongs to another tool, or as ``Store.resolve`` says.
+            NotProvenError, ValueError: as ``Store.resolve`` says.
+
+        """
+        return self.store._decide(  # noqa: SLF001 - the tool and its store are one
+            key,
+            happened=happened,
+            result=result,
+            encode=self._checked,
+            tool=self.name,
+            attempt_id=attempt_id,
+            note=note,
+            force=force,
+        )
+
+    def amend(self, key: str, result: T_co, *, note: str | None = None) -> Record:  # type: ignore[misc] # a covariant T_co as a parameter: checked at run time too
+        """Correct the result an operator or a probe recorded for this tool's ``key``.
+
+        As ``Store.amend``, with ``result`` checked against the return type.
+
+        Raises:
+            TypeError: ``result`` does not fit the return type (nothing was changed).
+            SafeError: the key belongs to another tool, or as ``Store.amend`` says.
+
+        """
+        return self.store._amend(  # noqa: SLF001 - the tool and its store are one
+            key, result=result, encode=self._checked, tool=self.name, note=note
+        )
 
     def _attempt(self, digest: str, previous: Record | None, key: str) -> Record | None:
         checkpoint("before_claim")
@@ -354,8 +479,9 @@ class _Guard(Generic[T_co]):
 class SafeTool(_Guard[T_co], Generic[P, T_co]):
     """A function guarded by a ledger: call it with a key first, get an ``Outcome``.
 
-    Attributes ``name``, ``store``, ``wait``, ``return_type`` and ``compensate`` describe
-    it; ``__wrapped__`` is the function itself.
+    Attributes ``name``, ``store``, ``wait``, ``return_type``, ``compensate`` and ``ignore``
+    describe it; ``__wrapped__`` is the function itself. ``resolve`` and ``amend`` take an
+    operator's decisions about its keys, with results checked against ``return_type``.
     """
 
     def __init__(  # noqa: PLR0913 - one keyword per setting of safe()
@@ -367,12 +493,19 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
         wait: float = WAIT,
         compensate: Compensation | None = None,
         reconcile: Probe[object] | None = None,
+        ignore: Iterable[str] = (),
     ) -> None:
         """Check ``fn`` and bind it to ``store``; see ``safe``."""
         if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
             raise TypeError(f"{fn.__qualname__} is async: make it a tool with safe(store)")
         super().__init__(
-            fn, store, name=name, wait=wait, compensate=compensate, reconcile=reconcile
+            fn,
+            store,
+            name=name,
+            wait=wait,
+            compensate=compensate,
+            reconcile=reconcile,
+            ignore=ignore,
         )
         self._fn = fn
         functools.update_wrapper(self, fn)
@@ -460,10 +593,17 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
         wait: float = WAIT,
         compensate: Compensation | None = None,
         reconcile: Probe[object] | None = None,
+        ignore: Iterable[str] = (),
     ) -> None:
         """Check ``fn`` and bind it to ``store``; see ``safe``."""
         super().__init__(
-            fn, store, name=name, wait=wait, compensate=compensate, reconcile=reconcile
+            fn,
+            store,
+            name=name,
+            wait=wait,
+            compensate=compensate,
+            reconcile=reconcile,
+            ignore=ignore,
         )
         self._fn = fn
         functools.update_wrapper(self, fn)
@@ -614,6 +754,15 @@ def _key_first_signature(fn: Callable[..., object], tool: str) -> inspect.Signat
             "e.g. 'def send_receipt(key: str, to: str) -> Receipt'"
         )
     first = parameters[0]
+    in_class = fn.__qualname__.rpartition(".")[0].rpartition(".")[2] not in ("", "<locals>")
+    if first.name in ("self", "cls") or (in_class and first.annotation is first.empty):
+        # Bound, it would take the key for self; unbound, self would be hashed and replayed.
+        raise TypeError(
+            f"{tool} looks like a method (its first parameter is {first.name!r}, not "
+            "'key: str'); safeact guards "
+            "plain functions: make it a module-level function that takes the key first and "
+            "what it needs of the object as arguments, or a @staticmethod taking the key first"
+        )
     annotation = _first_annotation(fn, first)
     if not _takes_str(annotation):
         shown = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)

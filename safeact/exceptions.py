@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from safeact._protocol import DoubtReason
 
 __all__ = [
+    "CorruptRecordError",
     "FailedCallError",
     "InDoubtError",
     "KeyConflictError",
@@ -30,6 +31,29 @@ class SafeError(Exception):
 
 class StoreError(SafeError):
     """The ledger cannot be opened, read or written; the message names the file."""
+
+
+class CorruptRecordError(StoreError):
+    """A row of the ledger holds what safeact never writes there, so it cannot be read.
+
+    It was changed outside safeact: by hand, by another program, or by a damaged disk.
+    safeact never runs the action of a key whose row is corrupt. ``table`` is the ledger's
+    table (``calls``, ``late_completions``, ``history``, ``sagas`` or ``saga_steps``),
+    ``subject`` the key (or saga id) the row belongs to, ``column`` the column at fault,
+    ``problem`` what is wrong with it (starting with the column's name) and ``fix`` what
+    to do about it.
+    """
+
+    def __init__(  # noqa: PLR0913 - one parameter per thing an operator needs to know
+        self, where: str, *, table: str, subject: str, column: str, problem: str, fix: str
+    ) -> None:
+        """Say which row (``where``: the ledger and the row, for people), what is wrong, the fix."""
+        self.table = table
+        self.subject = subject
+        self.column = column
+        self.problem = problem
+        self.fix = fix
+        super().__init__(f"{where} is corrupt: {problem}; it was changed outside safeact. {fix}")
 
 
 class KeyConflictError(SafeError):

@@ -414,6 +414,56 @@ MUTANTS = [
         ["tests/test_after_the_action.py"],
     ),
     Mutant(
+        "replay a stored result that cattrs converted",
+        [
+            Edit(
+                "safeact/_codec.py",
+                "    if not same:\n        raise refused(",
+                "    if False:\n        raise refused(",
+            )
+        ],
+        ["tests/test_replay.py"],
+    ),
+    Mutant(
+        "hash an argument it cannot compare by its type's name",
+        [
+            Edit(
+                "safeact/_keys.py",
+                '        return ["url", type(value).__qualname__, str(value)]\n    raise _Refused(',
+                '        return ["url", type(value).__qualname__, str(value)]\n'
+                '    return ["opaque", _type_name(type(value))]\n    raise _Refused(',
+            )
+        ],
+        ["tests/test_args_hash.py"],
+    ),
+    Mutant(
+        "amend a result the action itself returned",
+        [Edit("safeact/_protocol.py", "    if not decided:\n", "    if False:\n")],
+        ["tests/test_operator_results.py"],
+    ),
+    Mutant(
+        "store an operator's --result unchecked where the tool is found",
+        [
+            Edit(
+                "safeact/_cli.py",
+                "    found = find_tool(record.tool)\n",
+                "    found = 'unchecked'\n",
+            )
+        ],
+        ["tests/test_operator_results.py"],
+    ),
+    Mutant(
+        "read a corrupt result as null",
+        [
+            Edit(
+                "safeact/_store.py",
+                'raise _Unreadable(column, f"is not valid JSON ({exc})") from None',
+                "return None",
+            )
+        ],
+        ["tests/test_corrupt_rows.py"],
+    ),
+    Mutant(
         "leave a key whose outcome could not be written looking busy",
         [Edit("safeact/_tool.py", "            self._unrecorded(record, state, exc)\n", "")],
         ["tests/test_recorded.py", "tests/test_state_machine.py"],

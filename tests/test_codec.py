@@ -276,7 +276,8 @@ def test_store_error_says_why_the_stored_result_does_not_fit(
     with pytest.raises(StoreError) as caught:
         tool_returning(store, new_type, None)("k")
     fix = (
-        "The action already ran and is not run again; restore a compatible return type to replay it"
+        "The action already ran and is not run again; "
+        "to replay it, restore the return type it was stored under"
     )
     assert str(caught.value).endswith(f": {why}. {fix}")
 

@@ -1,0 +1,378 @@
+"""An operator's decision is typed, checked where the tool is known, and correctable."""
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from safeact import (
+    InDoubt,
+    SafeError,
+    SafeTool,
+    State,
+    Store,
+    StoreError,
+    Succeeded,
+    get_store,
+    safe,
+)
+from safeact._cli import find_tool, main
+from safeact._history import Why
+from tests.actions import Receipt, bury_owners
+
+
+@pytest.fixture
+def store(ledger: Path) -> Iterator[Store]:
+    with get_store(ledger) as opened:
+        yield opened
+
+
+def in_doubt(store: Store, runs: list[str], key: str = "k") -> SafeTool[[], int]:
+    """A tool ``charge`` -> int whose attempt for ``key`` is left in doubt (interrupted)."""
+
+    @safe(store, name="charge")
+    def charge(key: str) -> int:
+        runs.append(key)
+        if len(runs) == 1:
+            raise KeyboardInterrupt
+        return 100
+
+    with pytest.raises(KeyboardInterrupt):
+        charge(key)
+    return charge
+
+
+def test_tool_resolve_refuses_a_result_that_does_not_fit_and_changes_nothing(store: Store) -> None:
+    """tool.resolve(happened=True, result=9.99) of a -> int tool raises TypeError; nothing moves."""
+    runs: list[str] = []
+    charge = in_doubt(store, runs)
+    with pytest.raises(TypeError, match=r"charge: the result given does not fit.*9\.99"):
+        charge.resolve("k", happened=True, result=9.99)  # type: ignore[call-overload] # the misuse
+    record = store.get("k")
+    assert record is not None
+    assert record.state is State.IN_DOUBT
+    assert isinstance(charge("k"), InDoubt)
+
+
+def test_tool_resolve_records_a_typed_result_that_replays_exactly(store: Store) -> None:
+    """tool.resolve with a value of the return type closes the key; calls replay that value."""
+    runs: list[str] = []
+
+    @safe(store)
+    def send(key: str, to: str) -> Receipt:
+        runs.append(key)
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        send("r", "bob")
+    send.resolve("r", happened=True, result=Receipt("bob", 20), note="checked the bank")
+    assert send("r", "bob") == Succeeded("r", Receipt("bob", 20), replayed=True)
+    assert runs == ["r"]
+
+
+def test_tool_resolve_releases_with_force(store: Store) -> None:
+    """tool.resolve(happened=False) releases as Store.resolve does: the next call runs."""
+    runs: list[str] = []
+    charge = in_doubt(store, runs)
+    assert charge.resolve("k", happened=False, force=True).state is State.RELEASED
+    assert charge("k") == Succeeded("k", 100)
+    assert runs == ["k", "k"]
+
+
+def test_tool_resolve_refuses_another_tools_key(store: Store) -> None:
+    """A tool cannot decide a key of another tool, whose return type may differ."""
+    in_doubt(store, [])
+
+    @safe(store, name="other")
+    def other(key: str) -> int:
+        return 1
+
+    with pytest.raises(SafeError, match="belongs to tool charge, not other"):
+        other.resolve("k", happened=True, result=1)
+    record = store.get("k")
+    assert record is not None
+    assert record.state is State.IN_DOUBT
+
+
+def test_a_misfit_operator_value_says_how_to_amend_it(store: Store) -> None:
+    """Replaying a value an operator stored that does not fit raises StoreError naming amend."""
+    charge = in_doubt(store, [])
+    store.resolve("k", happened=True, result=9.99)
+    with pytest.raises(StoreError, match=r"'k'.*int from 9\.99.*An operator.*amend"):
+        charge("k")
+
+
+def test_amend_corrects_an_operator_value_and_keeps_the_old_one_in_history(store: Store) -> None:
+    """Store.amend replaces an operator's result; calls replay it; history says what it was."""
+    runs: list[str] = []
+    charge = in_doubt(store, runs)
+    store.resolve("k", happened=True, result=9.99)
+    store.amend("k", result=999, note="cents, not dollars")
+    assert charge("k") == Succeeded("k", 999, replayed=True)
+    last = store.history("k")[-1]
+    assert (last.why, last.by, last.from_state, last.to_state) == (
+        Why.AMENDED,
+        "operator",
+        State.SUCCEEDED,
+        State.SUCCEEDED,
+    )
+    assert last.note == "was 9.99; cents, not dollars"
+    assert runs == ["k"]
+
+
+def test_tool_amend_checks_the_result_type(store: Store) -> None:
+    """tool.amend refuses a value that does not fit; the stored value stays."""
+    charge = in_doubt(store, [])
+    charge.resolve("k", happened=True, result=5)
+    with pytest.raises(TypeError, match="does not fit"):
+        charge.amend("k", "five")  # type: ignore[arg-type] # the misuse
+    charge.amend("k", 6)
+    assert charge("k") == Succeeded("k", 6, replayed=True)
+
+
+def test_an_amended_value_can_be_amended_again(store: Store) -> None:
+    """An amendment is itself an operator's decision, so it can be corrected."""
+    charge = in_doubt(store, [])
+    store.resolve("k", happened=True, result=1)
+    store.amend("k", result=2)
+    store.amend("k", result=3)
+    assert charge("k") == Succeeded("k", 3, replayed=True)
+
+
+def test_a_probes_value_can_be_amended(store: Store) -> None:
+    """A result a probe recorded (reconciled) is a decision too, and can be corrected."""
+    runs: list[str] = []
+    in_doubt(store, runs)
+    record = store.get("k")
+    assert record is not None
+    store.settle(record, State.SUCCEEDED, "7", why=Why.RECONCILED, note="probe said so")
+    assert store.amend("k", result=8).result == 8
+
+
+def test_the_actions_own_result_cannot_be_amended(store: Store) -> None:
+    """A result the action returned is what happened: amend refuses it and changes nothing."""
+
+    @safe(store)
+    def charge(key: str) -> int:
+        return 100
+
+    charge("k")
+    with pytest.raises(SafeError, match="the one its action returned"):
+        store.amend("k", result=5)
+    assert charge("k") == Succeeded("k", 100, replayed=True)
+
+
+@pytest.mark.parametrize("state", ["unknown", "in_doubt"])
+def test_amend_refuses_a_key_without_a_decided_result(store: Store, state: str) -> None:
+    """Only a SUCCEEDED key can be amended: an unknown or in-doubt key is refused."""
+    if state == "in_doubt":
+        in_doubt(store, [])
+    with pytest.raises(SafeError, match="cannot amend key 'k'"):
+        store.amend("k", result=5)
+
+
+def test_amend_is_refused_for_another_tools_key(store: Store) -> None:
+    """tool.amend cannot touch a key of another tool."""
+    in_doubt(store, [])
+    store.resolve("k", happened=True, result=1)
+
+    @safe(store, name="other")
+    def other(key: str) -> int:
+        return 1
+
+    with pytest.raises(SafeError, match="belongs to tool charge"):
+        other.amend("k", 2)
+
+
+SHOP = textwrap.dedent(
+    """
+    import os
+
+    import attrs
+
+    from safeact import safe
+
+
+    @attrs.frozen
+    class Refund:
+        to: str
+        amount: int
+
+
+    @safe(os.environ["SHOP_LEDGER"])
+    def refund(key: str, to: str) -> Refund:
+        raise KeyboardInterrupt
+    """
+)
+
+
+@pytest.fixture
+def shop(tmp_path: Path, ledger: Path) -> Path:
+    """A project directory whose module shop.py defines tool shop.refund, key r-1 in doubt."""
+    (tmp_path / "shop.py").write_text(SHOP)
+    with get_store(ledger) as store:
+        store.claim("r-1", "shop.refund", "h", attempt_id="a", previous=None)
+        bury_owners(store)
+    return tmp_path
+
+
+def cli(where: Path, ledger: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m safeact`` in ``where``, as an operator in the project directory."""
+    return subprocess.run(
+        [sys.executable, "-m", "safeact", *args],
+        cwd=where,
+        env={**os.environ, "SHOP_LEDGER": str(ledger)},
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+def stored(ledger: Path, key: str) -> tuple[State, object]:
+    with get_store(ledger) as store:
+        record = store.get(key)
+    assert record is not None
+    return record.state, record.result
+
+
+def test_cli_happened_needs_an_explicit_result(
+    full_ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`resolve --happened` without --result is a usage error saying so; the key stays."""
+    assert main(["resolve", str(full_ledger), "r-1", "--happened"]) == 2
+    assert "--happened needs --result JSON" in capsys.readouterr().err
+    assert stored(full_ledger, "r-1") == (State.ATTEMPTING, None)
+
+
+@pytest.fixture
+def full_ledger(ledger: Path) -> Path:
+    with get_store(ledger) as store:
+        store.claim("r-1", "shop.refund", "h", attempt_id="a", previous=None)
+        bury_owners(store)
+    return ledger
+
+
+def test_cli_refuses_a_result_that_does_not_fit_the_found_tool(shop: Path, ledger: Path) -> None:
+    """With the tool's module importable, a misfit --result exits 2 and changes nothing."""
+    done = cli(
+        shop, ledger, "resolve", str(ledger), "r-1", "--happened", "--result", '{"to": "bob"}'
+    )
+    assert done.returncode == 2
+    assert "shop.refund: the result given does not fit" in done.stderr
+    assert "Traceback" not in done.stderr
+    assert stored(ledger, "r-1") == (State.ATTEMPTING, None)
+
+
+def test_cli_stores_a_result_that_fits_the_found_tool(shop: Path, ledger: Path) -> None:
+    """A fitting --result is stored without a warning, and the tool replays it."""
+    result = json.dumps({"to": "bob", "amount": 20})
+    done = cli(shop, ledger, "resolve", str(ledger), "r-1", "--happened", "--result", result)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert stored(ledger, "r-1") == (State.SUCCEEDED, {"to": "bob", "amount": 20})
+
+
+def test_cli_warns_when_the_tool_cannot_be_found(shop: Path, ledger: Path) -> None:
+    """Away from the tool's module, the result is stored unchecked, with a warning that says so."""
+    elsewhere = shop / "elsewhere"
+    elsewhere.mkdir()
+    done = cli(elsewhere, ledger, "resolve", str(ledger), "r-1", "--happened", "--result", "5")
+    assert done.returncode == 0
+    assert "not checked against shop.refund's return type" in done.stderr
+    assert "safeact amend" in done.stderr
+    assert stored(ledger, "r-1") == (State.SUCCEEDED, 5)
+
+
+def test_cli_amend_corrects_a_value_checked_against_the_tool(shop: Path, ledger: Path) -> None:
+    """`safeact amend` refuses a misfit and stores a fitting correction, kept in history."""
+    first = json.dumps({"to": "bob", "amount": 2})
+    resolved = cli(shop, ledger, "resolve", str(ledger), "r-1", "--happened", "--result", first)
+    assert resolved.returncode == 0, resolved.stderr
+    refused = cli(shop, ledger, "amend", str(ledger), "r-1", "--result", "5")
+    assert refused.returncode == 2
+    assert "does not fit" in refused.stderr
+    fixed = json.dumps({"to": "bob", "amount": 20})
+    done = cli(shop, ledger, "amend", str(ledger), "r-1", "--result", fixed, "--note", "typo")
+    assert done.returncode == 0, done.stderr
+    assert stored(ledger, "r-1") == (State.SUCCEEDED, {"to": "bob", "amount": 20})
+    with get_store(ledger) as store:
+        last = store.history("r-1")[-1]
+    assert (last.why, last.note) == (Why.AMENDED, 'was {"to": "bob", "amount": 2}; typo')
+
+
+def pay(key: str) -> int:
+    return 1
+
+
+def test_cli_amend_refuses_an_actions_own_result(
+    ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`safeact amend` on a key its action settled exits 2 with one line, changing nothing."""
+    with get_store(ledger) as store:
+        safe(store, name="pay")(pay)("p-1")
+    assert main(["amend", str(ledger), "p-1", "--result", "2"]) == 2
+    assert "cannot amend key 'p-1'" in capsys.readouterr().err
+    assert stored(ledger, "p-1") == (State.SUCCEEDED, 1)
+
+
+def test_a_method_is_refused_when_the_tool_is_made(store: Store) -> None:
+    """@safe on a method (self first) raises TypeError at decoration, saying what to do."""
+    with pytest.raises(TypeError, match=r"looks like a method .*'self'.*module-level function"):
+
+        class Cart:
+            @safe(store)  # type: ignore[arg-type] # mypy sees the misuse too
+            def checkout(self, key: str) -> int:  # noqa: ARG002 - the misuse under test
+                return 1
+
+
+def test_an_unannotated_first_parameter_in_a_class_body_is_refused(store: Store) -> None:
+    """In a class body, an unannotated first parameter is taken for self, whatever its name."""
+    with pytest.raises(TypeError, match=r"looks like a method .*'this'"):
+
+        class Cart:
+            @safe(store)  # type: ignore[arg-type] # mypy sees the misuse too
+            def checkout(this, key: str) -> int:  # noqa: N805, ARG002 - the misuse under test
+                return 1
+
+
+def test_a_static_function_in_a_class_body_is_a_tool(store: Store) -> None:
+    """A key-first function in a class body (a @staticmethod) works, on the class and instances."""
+
+    class Cart:
+        @staticmethod
+        @safe(store)
+        def checkout(key: str, total: int) -> int:  # noqa: ARG004 - the key is the tool's
+            return total
+
+    assert Cart.checkout("c", 3) == Succeeded("c", 3)
+    assert Cart().checkout("c", 3) == Succeeded("c", 3, replayed=True)
+
+
+@pytest.mark.parametrize(
+    ("source", "name", "says"),
+    [
+        (
+            "raise RuntimeError('no config')\n",
+            "broken.refund",
+            "importing broken raised RuntimeError: no config",
+        ),
+        ("refund = 1\n", "plain.refund", "plain has no tool refund"),
+        ("", "plain2.nested.refund", "plain2 has no tool nested.refund"),
+        ("", "nowhere_at_all_module", "no importable module holds nowhere_at_all_module"),
+    ],
+)
+def test_find_tool_says_why_it_cannot_find_a_tool(
+    source: str, name: str, says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A module that raises, lacks the tool or does not exist gives a reason, not an error."""
+    module = name.split(".", maxsplit=1)[0]
+    (tmp_path / f"{module}.py").write_text(source)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    monkeypatch.delitem(sys.modules, module, raising=False)
+    assert find_tool(name) == says
