@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from safeact._codec import register_type
 from safeact._history import Event, Why
+from safeact._keyed import KeyPolicy, NoRunKeyError, Template, ToolCall, keyed, run_scope, template
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
 from safeact._owner import Owner
 from safeact._protocol import DoubtReason, Record, SagaRecord, SagaState, State
@@ -37,6 +38,8 @@ __all__ = [
     "InDoubt",
     "InDoubtError",
     "KeyConflictError",
+    "KeyPolicy",
+    "NoRunKeyError",
     "NotHappened",
     "NotProvenError",
     "Outcome",
@@ -55,13 +58,18 @@ __all__ = [
     "Store",
     "StoreError",
     "Succeeded",
+    "Template",
+    "ToolCall",
     "Unknown",
     "Verdict",
     "Why",
     "get_store",
+    "keyed",
     "raise_on_doubt",
     "register_type",
+    "run_scope",
     "safe",
+    "template",
 ]
 
 

@@ -57,6 +57,8 @@ class InDoubt:
     is not marked: ask again later. Otherwise nothing runs under this key until it is
     resolved. ``note`` is set when a reconciliation probe answered but its answer could not
     close the key (it said "did not happen" while the owner is not proven finished).
+    ``attempt_id`` names the attempt in doubt: pass it to ``resolve`` so the decision
+    applies to that attempt only.
     """
 
     key: str
@@ -65,6 +67,7 @@ class InDoubt:
     args_hash: str
     reason: DoubtReason = DoubtReason.CRASHED
     note: str | None = None
+    attempt_id: str | None = None
 
     def to_result(self) -> Result[NoReturn, InDoubt | Failed]:
         """Return ``Failure(self)``."""
@@ -74,7 +77,14 @@ class InDoubt:
 
     def unwrap(self) -> NoReturn:
         """Raise ``InDoubtError`` carrying the receipt."""
-        raise InDoubtError(self.key, self.tool, self.attempted_at, self.args_hash, self.reason)
+        raise InDoubtError(
+            self.key,
+            self.tool,
+            self.attempted_at,
+            self.args_hash,
+            self.reason,
+            attempt_id=self.attempt_id,
+        )
 
 
 @final
@@ -122,7 +132,15 @@ def failed_from(record: Record) -> Failed:
 
 def in_doubt_from(record: Record, reason: DoubtReason, note: str | None = None) -> InDoubt:
     """The receipt of an unsettled record."""
-    return InDoubt(record.key, record.tool, record.attempted_at, record.args_hash, reason, note)
+    return InDoubt(
+        record.key,
+        record.tool,
+        record.attempted_at,
+        record.args_hash,
+        reason,
+        note,
+        record.attempt_id,
+    )
 
 
 Outcome: TypeAlias = Succeeded[T_co] | InDoubt | Failed

@@ -194,6 +194,9 @@ def _key_given(call: _Call) -> _Call:
 class _Guard(Generic[T_co]):
     """What a sync and an async tool share: checks, decisions, and the outcomes they build."""
 
+    __wrapped__: Callable[..., object]
+    """The guarded function (set by ``functools.update_wrapper``)."""
+
     def __init__(  # noqa: PLR0913 - one keyword per setting of safe()
         self,
         fn: Callable[..., object],

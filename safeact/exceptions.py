@@ -97,16 +97,18 @@ class InDoubtError(SafeError):
     """The action may or may not have run; go and check, then resolve the key.
 
     Carries the receipt of ``InDoubt``: ``key``, ``tool``, ``attempted_at``, ``args_hash``,
-    and the ``reason``.
+    the ``reason`` and the ``attempt_id``.
     """
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - one parameter per field of the receipt
         self,
         key: str,
         tool: str,
         attempted_at: datetime,
         args_hash: str,
         reason: DoubtReason,
+        *,
+        attempt_id: str | None = None,
     ) -> None:
         """Carry the receipt of the in-doubt call."""
         self.key = key
@@ -114,6 +116,7 @@ class InDoubtError(SafeError):
         self.attempted_at = attempted_at
         self.args_hash = args_hash
         self.reason = reason
+        self.attempt_id = attempt_id
         super().__init__(
             f"{tool} with key {key!r} (attempted at {attempted_at.isoformat()}) may or may not "
             f"have run ({reason.value}); check the downstream system, then resolve the key"

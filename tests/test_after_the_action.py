@@ -151,7 +151,12 @@ def test_a_second_call_after_an_unstorable_result_is_in_doubt(
     record = store.get("k")
     assert record is not None
     assert tool("k") == InDoubt(
-        "k", "act", record.attempted_at, record.args_hash, DoubtReason.RESULT_NOT_STORED
+        "k",
+        "act",
+        record.attempted_at,
+        record.args_hash,
+        DoubtReason.RESULT_NOT_STORED,
+        attempt_id=record.attempt_id,
     )
     assert runs == ["k"]
 

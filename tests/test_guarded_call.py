@@ -167,7 +167,7 @@ def test_attempting_key_is_reported_in_doubt_with_receipt(store: Store) -> None:
     record = store.get("k")
     assert record is not None
     assert outcome == InDoubt(
-        "k", charge.name, record.attempted_at, record.args_hash, DoubtReason.CRASHED
+        "k", charge.name, record.attempted_at, record.args_hash, DoubtReason.CRASHED, None, "dead"
     )
     assert record.doubt_reason is DoubtReason.CRASHED
     assert outcome.attempted_at.tzinfo is UTC

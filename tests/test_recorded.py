@@ -33,7 +33,12 @@ def test_a_success_that_cannot_be_recorded_says_so(
     assert (record.state, record.doubt_reason) == (State.IN_DOUBT, DoubtReason.RESULT_NOT_STORED)
     assert record in store.list_in_doubt()
     assert act("k") == InDoubt(
-        "k", "act", record.attempted_at, record.args_hash, DoubtReason.RESULT_NOT_STORED
+        "k",
+        "act",
+        record.attempted_at,
+        record.args_hash,
+        DoubtReason.RESULT_NOT_STORED,
+        attempt_id=record.attempt_id,
     )
     assert runs == ["k"]
 

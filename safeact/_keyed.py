@@ -1,0 +1,235 @@
+"""Guarded tools as frameworks see tools: no key parameter, a value back or an exception.
+
+A framework shows a tool's signature to the model and calls it with the model's arguments;
+the key must come from somewhere else: a key policy, asked on every call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import functools
+import inspect
+import string
+import typing
+from collections import Counter
+from collections.abc import Callable, Coroutine, Iterator, Mapping
+from typing import Any, ParamSpec, TypeAlias, TypeVar, overload
+
+import attrs
+
+from safeact._keys import check_key
+from safeact._tool import AsyncSafeTool, SafeTool
+from safeact.exceptions import SafeError
+
+__all__ = [
+    "KeyPolicy",
+    "NoRunKeyError",
+    "Template",
+    "ToolCall",
+    "in_run",
+    "keyed",
+    "run_scope",
+    "template",
+]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+@attrs.frozen
+class ToolCall:
+    """One call of a guarded tool, as a key policy sees it.
+
+    ``tool`` is the tool's name; ``arguments`` its arguments by parameter name (the key
+    excluded, defaults applied); ``digest`` their hash, as the ledger records it.
+    """
+
+    tool: str
+    arguments: Mapping[str, object]
+    digest: str
+
+
+KeyPolicy: TypeAlias = Callable[[ToolCall], str]
+"""Make the key of a call: the same key for the same action, however often it is retried."""
+
+
+class NoRunKeyError(SafeError):
+    """A tool keyed by its run was called outside ``run_scope``: there is no key to use."""
+
+
+_scope: contextvars.ContextVar[tuple[str, Counter[tuple[str, str]]]] = contextvars.ContextVar(
+    "safeact_run_scope"
+)
+
+
+@contextlib.contextmanager
+def run_scope(run_key: str) -> Iterator[None]:
+    """Key the calls made inside by ``run_key``, the identity of one run of the host program.
+
+    The n-th call of a tool with given arguments in the scope gets the key
+    ``{run_key}:{tool}:{digest[:16]}:{n}``: a run started again with the same ``run_key``
+    (after a crash) makes the same calls in the same order, so it gets the same keys and
+    replays what already ran. Concurrent tasks in one scope share its count.
+
+    Raises:
+        TypeError, ValueError: ``run_key`` is not a non-empty str.
+
+    """
+    check_key(run_key, "the run key")
+    token = _scope.set((run_key, Counter()))
+    try:
+        yield
+    finally:
+        _scope.reset(token)
+
+
+def in_run(call: ToolCall) -> str:
+    """The key of ``call`` in the current ``run_scope`` (``keyed``'s default policy).
+
+    Raises:
+        NoRunKeyError: no ``run_scope`` is active.
+
+    """
+    try:
+        run_key, seen = _scope.get()
+    except LookupError:
+        raise NoRunKeyError(
+            f"{call.tool} was called without a key: call it inside "
+            "`with safeact.run_scope(run_id):`, or give keyed(..., key=...) a key policy "
+            "(e.g. safeact.template('refund:{order_id}'))"
+        ) from None
+    n = seen[call.tool, call.digest]
+    seen[call.tool, call.digest] += 1
+    return f"{run_key}:{call.tool}:{call.digest[:16]}:{n}"
+
+
+@attrs.frozen
+class Template:
+    """A key policy that formats ``pattern`` with the call's arguments (see ``template``)."""
+
+    pattern: str
+    fields: frozenset[str]
+
+    def __call__(self, call: ToolCall) -> str:
+        """The key of ``call``: ``pattern`` with its arguments filled in."""
+        return self.pattern.format_map(call.arguments)
+
+
+def template(pattern: str) -> Template:
+    """A policy that formats ``pattern`` with the call's arguments: ``"refund:{order_id}"``.
+
+    For keys that name a business action, the same whichever run asks for it. The fields
+    are checked against the tool's parameters when ``keyed`` is given the policy.
+
+    Raises:
+        ValueError: ``pattern`` has no field, or is not a valid format string.
+
+    """
+    fields = _fields(pattern)
+    if not fields:
+        raise ValueError(
+            f"key template {pattern!r} names no argument: put the arguments that identify "
+            "the action in braces, e.g. 'refund:{order_id}'"
+        )
+    return Template(pattern, fields)
+
+
+def _fields(pattern: str) -> frozenset[str]:
+    """The argument names a format string uses (``{order.id}`` uses ``order``)."""
+    try:
+        parsed = list(string.Formatter().parse(pattern))
+    except ValueError as exc:
+        raise ValueError(f"key template {pattern!r} is not a format string: {exc}") from None
+    names = set()
+    for _, field, _, _ in parsed:
+        if field is None:
+            continue
+        name = field.split(".", 1)[0].split("[", 1)[0]
+        if not name or name.isdigit():
+            raise ValueError(
+                f"key template {pattern!r}: name the argument in each field, e.g. {{order_id}}"
+            )
+        names.add(name)
+    return frozenset(names)
+
+
+@overload
+def keyed(
+    tool: AsyncSafeTool[P, T], key: KeyPolicy = ...
+) -> Callable[P, Coroutine[Any, Any, T]]: ...
+@overload
+def keyed(tool: SafeTool[P, T], key: KeyPolicy = ...) -> Callable[P, T]: ...
+def keyed(
+    tool: SafeTool[P, T] | AsyncSafeTool[P, T], key: KeyPolicy = in_run
+) -> Callable[P, T] | Callable[P, Coroutine[Any, Any, T]]:
+    """Make ``tool`` a plain function of its arguments, keyed by ``key``, for frameworks.
+
+    The function has the tool's signature, annotations, name and docstring without the key,
+    and is a coroutine function exactly when the tool is async. It returns the value
+    (ran now or replayed) or raises ``InDoubtError`` (with the receipt) or
+    ``FailedCallError``, as ``raise_on_doubt`` does; adapters turn those into what their
+    framework expects. ``key`` makes each call's key (default: by ``run_scope``).
+
+    Raises:
+        TypeError: ``tool`` is not a guarded tool.
+        ValueError: ``key`` is a ``template`` naming an argument the tool does not take.
+
+    """
+    if not isinstance(tool, SafeTool | AsyncSafeTool):
+        raise TypeError(
+            f"keyed() takes a tool made with @safe(ledger), got {type(tool).__name__}: "
+            "guard the function first"
+        )
+    signature = inspect.signature(tool.__wrapped__)
+    parameters = list(signature.parameters.values())[1:]
+    names = {parameter.name for parameter in parameters}
+    unknown = key.fields - names if isinstance(key, Template) else frozenset()
+    if unknown:
+        raise ValueError(
+            f"key template for {tool.name} names {', '.join(sorted(unknown))}, which it does "
+            f"not take; its arguments are: {', '.join(sorted(names)) or 'none'}"
+        )
+    without_key = signature.replace(parameters=parameters)
+
+    def key_of(args: tuple[object, ...], kwargs: dict[str, object]) -> str:
+        bound = without_key.bind(*args, **kwargs)
+        bound.apply_defaults()
+        digest = tool._digest("-", args, kwargs)  # noqa: SLF001 - the ledger's own hash
+        return check_key(key(ToolCall(tool.name, dict(bound.arguments), digest)), "the key")
+
+    if isinstance(tool, AsyncSafeTool):
+        async_tool = tool
+
+        async def call_async(*args: P.args, **kwargs: P.kwargs) -> T:
+            return (await async_tool(key_of(args, kwargs), *args, **kwargs)).unwrap()
+
+        return _dressed(call_async, tool, without_key)
+    sync_tool = tool
+
+    def call(*args: P.args, **kwargs: P.kwargs) -> T:
+        return sync_tool(key_of(args, kwargs), *args, **kwargs).unwrap()
+
+    return _dressed(call, tool, without_key)
+
+
+_F = TypeVar("_F", bound=Callable[..., object])
+
+
+def _dressed(
+    function: _F, tool: SafeTool[Any, Any] | AsyncSafeTool[Any, Any], signature: inspect.Signature
+) -> _F:
+    """Give ``function`` the tool's name, docstring and signature without the key."""
+    functools.update_wrapper(function, tool.__wrapped__, updated=())
+    del function.__wrapped__  # type: ignore[attr-defined] # unwrapped, the key shows again
+    hints = typing.get_type_hints(tool.__wrapped__)
+    first = next(iter(inspect.signature(tool.__wrapped__).parameters))
+    function.__annotations__ = {name: hint for name, hint in hints.items() if name != first}
+    function.__signature__ = signature.replace(  # type: ignore[attr-defined] # inspect reads it
+        parameters=[
+            parameter.replace(annotation=hints.get(parameter.name, parameter.annotation))
+            for parameter in signature.parameters.values()
+        ],
+        return_annotation=hints.get("return", signature.return_annotation),
+    )
+    return function
