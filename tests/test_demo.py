@@ -52,3 +52,20 @@ def test_refund_demo_rolls_back_across_a_crash_once_per_key() -> None:
         "back ends acted 4 times, once per key: payments refund 5000 cents; "
         "email receipt to a@b.com; email correction to a@b.com; payments reverse re_5000"
     )
+
+
+LANGGRAPH = DEMO.with_name("langgraph_agent.py")
+
+
+def test_langgraph_example_pauses_in_doubt_and_pays_once() -> None:
+    """The README's LangGraph agent is killed after paying, pauses on resume, and pays once."""
+    result = subprocess.run(
+        [sys.executable, str(LANGGRAPH)], capture_output=True, text=True, check=True, timeout=180
+    )
+    lines = result.stdout.splitlines()
+    assert "orchestrator: start exited with -9 (killed by SIGKILL)" in lines
+    assert any(
+        line.startswith("  agent: paused, in doubt (crashed): key langgraph:") for line in lines
+    )
+    assert "  agent: Refunded $50 to ada@example.com." in lines
+    assert lines[-1] == "bank: 1 payment(s)"

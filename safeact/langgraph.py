@@ -1,0 +1,461 @@
+"""Guarded tools for LangGraph and LangChain: ``safe_tool`` makes a ``@safe`` tool a LangChain tool.
+
+The tool works in a ``ToolNode``, in ``langchain.agents.create_agent`` and wherever LangChain
+tools go. Its action runs at most once per key; the key comes from a key policy, by default
+``position``: where the call stands in the graph run (thread, node path, step, tool, a digest
+of the arguments), the same when LangGraph runs the step again after a crash or a pause,
+whatever ``tool_call_id`` the model gives the call this time.
+
+Importing this module imports LangChain and LangGraph (about a second); ``import safeact``
+does not. Install them with the ``safeact[langgraph]`` extra.
+
+Known limits of the position key, all measured with LangGraph 1.2:
+
+* Two calls of one tool with the same arguments in one step (one ``AIMessage`` asking
+  twice) share a key: the action runs once and both calls get its result.
+* A subgraph called twice in one step with the same arguments repeats its positions, so
+  its calls share keys in the same way.
+* Steps are counted per thread by the checkpointer. A thread id used again with a fresh
+  checkpointer (an ``InMemorySaver`` in a new process, a new database) starts counting
+  again, so its calls get the keys of the earlier run and replay its results. Use a
+  persistent checkpointer, or a new thread id for each run.
+* Under ``durability="async"`` (LangGraph's default) or ``"exit"``, a crash can lose the
+  model's message with the call, and the model is asked again: a real model may then ask
+  with other arguments, a new action with a new key. Run graphs with guarded tools under
+  ``durability="sync"``; the tool warns once per process when it is not.
+
+Never call ``interrupt()`` inside a guarded function: LangGraph pauses by raising an
+``Exception`` subclass, which safeact records as the action's failure (the graph never
+pauses, and the key replays that failure). Pause before the guarded call, in another node
+or tool.
+"""
+
+from __future__ import annotations
+
+import inspect
+import json
+import warnings
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Literal, TypeAlias, cast
+from urllib.parse import quote
+
+import pydantic
+from langchain.agents.middleware import AgentMiddleware
+from langchain_core.runnables.config import var_child_runnable_config
+from langchain_core.tools import BaseTool, StructuredTool, ToolException
+from langgraph.types import interrupt
+
+from safeact._codec import encode
+from safeact._keyed import KeyPolicy, NoRunKeyError, Template, ToolCall, keyed
+from safeact._protocol import JSON
+from safeact._tool import AsyncSafeTool, SafeTool
+from safeact.exceptions import FailedCallError, InDoubtError, NotProvenError, SafeError
+
+__all__ = ["OnDoubt", "SafeMiddleware", "position", "safe_tool"]
+
+OnDoubt: TypeAlias = Literal["interrupt", "message"]
+"""What an ``InDoubt`` call does: pause the graph for a human, or tell the model."""
+
+_Guarded: TypeAlias = SafeTool[Any, Any] | AsyncSafeTool[Any, Any]
+
+_WARNED: set[str] = set()
+"""The warnings already given in this process (each is given once)."""
+
+
+def position(call: ToolCall) -> str:
+    """The key of ``call`` from its place in the current LangGraph run (the default policy).
+
+    The key is ``langgraph:{thread_id}:{node path}:{step}:{tool}:{digest[:16]}``: the thread
+    id (percent-quoted), the checkpoint namespace without task ids (``tools``, or
+    ``agent/tools`` in a subgraph), LangGraph's step number, the guarded tool's name and
+    the start of the arguments' hash. It is the same when LangGraph runs the step again
+    after a crash or resumes it after a pause; it never uses ``tool_call_id``, which
+    changes when the model is asked again. See the module's documentation for its limits.
+
+    Raises:
+        NoRunKeyError: the call is not made by a LangGraph run, or the run has no
+            ``thread_id``: there is no position to key it by; pass ``key=`` instead.
+
+    """
+    config = var_child_runnable_config.get() or {}
+    configurable: Mapping[str, object] = config.get("configurable") or {}
+    metadata: Mapping[str, object] = config.get("metadata") or {}
+    step = metadata.get("langgraph_step")
+    if step is None:
+        raise NoRunKeyError(
+            f"{call.tool} was called outside a LangGraph run, so it has no position to be "
+            "keyed by: call it from a graph (a ToolNode or create_agent), or give "
+            "safe_tool(..., key=...) a key policy, e.g. safeact.template('refund:{order_id}')"
+        )
+    thread = configurable.get("thread_id")
+    if thread is None:
+        raise NoRunKeyError(
+            f"{call.tool} runs in a graph invoked without a thread_id, so its position names "
+            "no run: invoke with a checkpointer and config={'configurable': {'thread_id': "
+            "...}}, or give safe_tool(..., key=...) a key policy"
+        )
+    namespace = str(configurable.get("checkpoint_ns") or "")
+    path = "/".join(part.split(":", 1)[0] for part in namespace.split("|")) if namespace else ""
+    return f"langgraph:{quote(str(thread), safe='')}:{path}:{step}:{call.tool}:{call.digest[:16]}"
+
+
+def safe_tool(
+    tool: _Guarded,
+    *,
+    key: KeyPolicy = position,
+    on_doubt: OnDoubt = "interrupt",
+    name: str | None = None,
+    description: str | None = None,
+) -> BaseTool:
+    """Make the guarded ``tool`` a LangChain tool whose action runs at most once per key.
+
+    The model sees the function's parameters without the key, its name (``name``) and its
+    docstring (``description``). ``key`` makes each call's key: by default ``position``;
+    ``safeact.template("refund:{order_id}")`` keys by business identity. A sync tool works
+    under ``invoke`` and ``ainvoke``; an async one only under ``ainvoke`` (LangChain's
+    ``StructuredTool`` has no sync way to run a coroutine).
+
+    What the model gets: a ``str`` result as it is, any other result as JSON text of the
+    value as safeact stores it. A call whose action raised (now, or on an earlier run)
+    gives an error tool message saying so; the action is not run again under that key.
+
+    A call found in doubt (its action may or may not have run: a crash, an interruption)
+    does as ``on_doubt`` says:
+
+    * ``"interrupt"``: it pauses the graph with ``langgraph.types.interrupt`` (a
+      checkpointer is needed), carrying the receipt: ``key``, ``tool``, ``attempted_at``,
+      ``args_hash``, ``attempt_id``, ``reason``, ``note``. Check the downstream system,
+      then resume with ``Command(resume={"happened": True, "result": <the result as
+      JSON>})`` or ``Command(resume={"happened": False})``. The key is resolved through the
+      ledger (its history records the decision) and the call replays the result, or runs
+      the action. ``"happened": False`` needs proof that the attempt is over (its process
+      is gone); without it the graph pauses again with the refusal in ``note``, and
+      ``{"happened": False, "force": True}`` is your assertion, kept in the history. Add
+      the receipt's ``"attempt_id"`` to the verdict to apply it only to that attempt. A
+      verdict that cannot be used pauses again with ``error`` in the receipt. A verdict
+      already applied is never applied again (after a crash the call pauses anew).
+    * ``"message"``: the model gets an error tool message with the receipt, telling it not
+      to call again; a person resolves the key (``safeact resolve``).
+
+    With several calls that may pause in one step, prefer ``create_agent`` (one task per
+    call) to a hand-built ``ToolNode`` (one task for all its calls, which LangGraph matches
+    with resume values by the order they paused in).
+
+    Raises:
+        TypeError: ``tool`` is not a guarded tool, or pydantic cannot describe one of its
+            parameters to the model.
+        ValueError: ``on_doubt`` is not one of the choices, the function has no docstring
+            and no ``description`` is given, or ``key`` is a template naming an argument
+            the tool does not take.
+
+    """
+    if on_doubt not in ("interrupt", "message"):
+        raise ValueError(f"on_doubt must be 'interrupt' or 'message', got {on_doubt!r}")
+    plain: Callable[..., object] = keyed(tool, key)
+    signature = inspect.signature(plain)
+    tool_name = name if name is not None else plain.__name__
+    text = description if description is not None else inspect.getdoc(plain)
+    if not text:
+        raise ValueError(
+            f"{tool.name} has no docstring, and the model needs to be told what the tool "
+            "does: write one, or pass safe_tool(..., description='...')"
+        )
+    schema = _arguments_model(tool_name, signature, tool.name)
+    guard = _Guard(tool, tool_name, plain, on_doubt, warn=not isinstance(key, Template))
+    if isinstance(tool, AsyncSafeTool):
+        return StructuredTool.from_function(
+            coroutine=guard.run_async,
+            name=tool_name,
+            description=text,
+            args_schema=schema,
+            handle_tool_error=True,
+        )
+    return StructuredTool.from_function(
+        func=guard.run,
+        name=tool_name,
+        description=text,
+        args_schema=schema,
+        handle_tool_error=True,
+    )
+
+
+class SafeMiddleware(AgentMiddleware[Any, Any, Any]):
+    """A ``create_agent`` middleware that gives the agent guarded tools.
+
+    ``create_agent(model, middleware=[SafeMiddleware(send_refund, ...)])``: each guarded
+    tool becomes a tool of the agent through ``safe_tool`` with the given ``key`` and
+    ``on_doubt``, listed in ``tools``.
+
+    Raises:
+        TypeError, ValueError: as ``safe_tool`` says.
+
+    """
+
+    def __init__(
+        self, *tools: _Guarded, key: KeyPolicy = position, on_doubt: OnDoubt = "interrupt"
+    ) -> None:
+        """Wrap each of ``tools`` with ``safe_tool``."""
+        super().__init__()
+        self.tools: Sequence[BaseTool] = [
+            safe_tool(tool, key=key, on_doubt=on_doubt) for tool in tools
+        ]
+
+
+def _arguments_model(
+    tool_name: str, signature: inspect.Signature, guarded: str
+) -> type[pydantic.BaseModel]:
+    """A pydantic model of the parameters: what LangChain shows the model and validates."""
+    fields: dict[str, Any] = {}
+    for parameter in signature.parameters.values():
+        if parameter.kind in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD):
+            raise TypeError(
+                f"{guarded} takes *{parameter.name}: a model calls tools with named "
+                "arguments only; give it named parameters"
+            )
+        annotation = Any if parameter.annotation is parameter.empty else parameter.annotation
+        default = ... if parameter.default is parameter.empty else parameter.default
+        fields[parameter.name] = (annotation, default)
+    try:
+        return pydantic.create_model(tool_name, **fields)
+    except (pydantic.PydanticSchemaGenerationError, TypeError, NameError) as exc:
+        raise TypeError(
+            f"{guarded}: pydantic cannot describe its parameters to the model ({exc}); use "
+            "types pydantic knows (str, int, dataclasses, pydantic models, ...)"
+        ) from exc
+
+
+class _Verdict:
+    """A person's answer to a pause: whether the action happened, and its result."""
+
+    __slots__ = ("attempt_id", "force", "happened", "result")
+
+    def __init__(
+        self, *, happened: bool, result: JSON, force: bool, attempt_id: str | None
+    ) -> None:
+        self.happened = happened
+        self.result = result
+        self.force = force
+        self.attempt_id = attempt_id
+
+
+_VERDICT_SHAPE = (
+    'resume with {"happened": true, "result": <the result as JSON>} or {"happened": false} '
+    '(optionally "force": true with false, and "attempt_id": "<from the receipt>")'
+)
+
+
+def _verdict(answer: object) -> _Verdict:
+    """Read a resume value.
+
+    Raises:
+        ValueError: it is not a verdict.
+
+    """
+    problem = _problem(answer)
+    if problem is not None:
+        raise ValueError(
+            f"the resume value {answer!r} is not a verdict ({problem}): {_VERDICT_SHAPE}"
+        )
+    verdict = cast("Mapping[str, Any]", answer)
+    return _Verdict(
+        happened=bool(verdict["happened"]),
+        result=cast("JSON", verdict.get("result")),
+        force=bool(verdict.get("force", False)),
+        attempt_id=verdict.get("attempt_id"),
+    )
+
+
+def _problem(answer: object) -> str | None:  # noqa: PLR0911 - one return per rule
+    """What is wrong with a resume value as a verdict, or None."""
+    if not isinstance(answer, Mapping):
+        return "it is not a mapping"
+    unknown = set(answer) - {"happened", "result", "force", "attempt_id"}
+    happened, force = answer.get("happened"), answer.get("force", False)
+    attempt_id = answer.get("attempt_id")
+    if unknown:
+        return f"it has unknown fields {sorted(map(str, unknown))}"
+    if not isinstance(happened, bool):
+        return '"happened" must be true or false'
+    if happened and "result" not in answer:
+        return '"happened": true needs "result"'
+    if not happened and "result" in answer:
+        return '"result" goes only with "happened": true'
+    if not isinstance(force, bool) or (force and happened):
+        return '"force" is true or false, and only with "happened": false'
+    if attempt_id is not None and not isinstance(attempt_id, str):
+        return '"attempt_id" must be the attempt id from the receipt, a string'
+    return None
+
+
+class _Guard:
+    """The body of one guarded LangChain tool: the call, and what its outcomes become."""
+
+    def __init__(
+        self,
+        tool: _Guarded,
+        name: str,
+        plain: Callable[..., object],
+        on_doubt: OnDoubt,
+        *,
+        warn: bool,
+    ) -> None:
+        self.tool = tool
+        self.name = name
+        self.plain = plain
+        self.signature = inspect.signature(plain)
+        self.on_doubt = on_doubt
+        self.warn = warn
+
+    def run(self, **arguments: object) -> str:
+        """Call the tool; pause or report a doubt (LangChain's ``func``)."""
+        args, kwargs = self._split(arguments)
+        pauses = 0
+        while True:
+            self._check_durability()
+            try:
+                return self._content(self.plain(*args, **kwargs))
+            except FailedCallError as exc:
+                raise ToolException(str(exc)) from exc
+            except InDoubtError as exc:
+                doubt = exc
+            pauses = self._settle(doubt, pauses)
+
+    async def run_async(self, **arguments: object) -> str:
+        """Call the async tool; pause or report a doubt (LangChain's ``coroutine``)."""
+        args, kwargs = self._split(arguments)
+        pauses = 0
+        while True:
+            self._check_durability()
+            try:
+                value = await cast("Awaitable[object]", self.plain(*args, **kwargs))
+                return self._content(value)
+            except FailedCallError as exc:
+                raise ToolException(str(exc)) from exc
+            except InDoubtError as exc:
+                doubt = exc
+            # On the loop, not in a thread: interrupt() writes to the running task. The
+            # ledger reads and writes it makes here are few, and only on a doubt.
+            pauses = self._settle(doubt, pauses)
+
+    def _settle(self, doubt: InDoubtError, pauses: int) -> int:
+        """Get a verdict on ``doubt`` and apply it; return how many pauses were asked for.
+
+        Raises ``ToolException`` (``on_doubt="message"``), or pauses the graph (LangGraph's
+        ``GraphInterrupt``) until a person resumes it with a verdict. On a resumed run, the
+        verdicts given so far come back, in order, from ``interrupt()``.
+        """
+        receipt = self._receipt(doubt)
+        if self.on_doubt == "message":
+            raise ToolException(
+                f"{doubt} Do not call {self.name} again for this: a "
+                f"person must check and resolve it. Receipt: {json.dumps(receipt)}"
+            )
+        while True:
+            index, pauses = pauses, pauses + 1
+            answer = interrupt(receipt)  # a stored verdict, or pauses the graph here
+            marker = self._marker(index)
+            try:
+                verdict = _verdict(answer)
+            except ValueError as exc:
+                receipt = {**receipt, "error": str(exc)}
+                continue
+            if self._applied(doubt.key, marker):
+                continue  # applied on an earlier run, to an attempt since ended: ask anew
+            try:
+                self._apply(doubt.key, verdict, marker)
+            except NotProvenError as exc:
+                receipt = {**receipt, "note": str(exc)}
+                continue
+            except TypeError as exc:  # the result does not fit the return type
+                receipt = {**receipt, "error": str(exc)}
+                continue
+            except SafeError:
+                return pauses  # the key moved on meanwhile (resolved, or a new attempt)
+            return pauses
+
+    def _apply(self, key: str, verdict: _Verdict, marker: str) -> None:
+        tool = self.tool
+        note = f"resolved in LangGraph by a resume ({marker})"
+        if verdict.happened:
+            tool.store._decide(  # noqa: SLF001 - a JSON result, checked by the tool's type
+                key,
+                happened=True,
+                result=verdict.result,
+                encode=tool._checked_json,  # noqa: SLF001 - the same check resolve makes
+                tool=tool.name,
+                attempt_id=verdict.attempt_id,
+                note=note,
+                force=False,
+            )
+        else:
+            tool.resolve(
+                key, happened=False, attempt_id=verdict.attempt_id, note=note, force=verdict.force
+            )
+
+    def _applied(self, key: str, marker: str) -> bool:
+        """Whether the verdict of this pause was applied already (on an earlier run)."""
+        return any(
+            event.note is not None and event.note.endswith(f"({marker})")
+            for event in self.tool.store.history(key)
+        )
+
+    def _marker(self, index: int) -> str:
+        """Name the pause: thread, task (with its id, which a resumed task keeps), index."""
+        config = var_child_runnable_config.get() or {}
+        configurable: Mapping[str, object] = config.get("configurable") or {}
+        thread = configurable.get("thread_id")
+        namespace = configurable.get("checkpoint_ns")
+        return f"thread {thread}, task {namespace}, pause {index}"
+
+    def _receipt(self, doubt: InDoubtError) -> dict[str, str | None]:
+        attempted_at: datetime = doubt.attempted_at
+        return {
+            "key": doubt.key,
+            "tool": doubt.tool,
+            "attempted_at": attempted_at.isoformat(),
+            "args_hash": doubt.args_hash,
+            "attempt_id": doubt.attempt_id,
+            "reason": doubt.reason.value,
+            "note": None,
+        }
+
+    def _content(self, value: object) -> str:
+        if isinstance(value, str):
+            return value
+        return json.dumps(encode(value, self.tool.return_type), allow_nan=False)
+
+    def _split(self, arguments: Mapping[str, object]) -> tuple[list[object], dict[str, object]]:
+        """Positional-only parameters get their arguments by position; the rest by name."""
+        args: list[object] = []
+        kwargs: dict[str, object] = {}
+        for parameter in self.signature.parameters.values():
+            if parameter.name not in arguments:
+                continue
+            if parameter.kind is parameter.POSITIONAL_ONLY:
+                args.append(arguments[parameter.name])
+            else:
+                kwargs[parameter.name] = arguments[parameter.name]
+        return args, kwargs
+
+    def _check_durability(self) -> None:
+        """Warn once when the run has a checkpointer but does not save each step before the next."""
+        if not self.warn or "durability" in _WARNED:
+            return
+        config = var_child_runnable_config.get() or {}
+        configurable: Mapping[str, object] = config.get("configurable") or {}
+        if configurable.get("__pregel_checkpointer") is None:
+            return
+        durability = configurable.get("__pregel_durability", "async")
+        if durability == "sync":
+            return
+        _WARNED.add("durability")
+        warnings.warn(
+            f"safeact.langgraph: {self.tool.name} runs in a graph with durability="
+            f"{durability!r}: a crash can lose the model's tool call, and the model asked "
+            "again may call with other arguments, which the position key takes for another "
+            "action. Invoke the graph with durability='sync', or key the tool by business "
+            "identity (key=safeact.template(...)).",
+            RuntimeWarning,
+            stacklevel=2,  # the tool's body here: filter it with module="safeact.langgraph"
+        )

@@ -1,0 +1,113 @@
+"""A process that runs a LangGraph graph with a guarded refund tool and prints where it ended.
+
+Usage: python tests/langgraph_child.py CHECKPOINTS LEDGER EFFECTS DURABILITY MODE [VERDICT]
+
+CHECKPOINTS is the SqliteSaver file, LEDGER the safeact ledger, EFFECTS the file the refund
+appends a line to (synced) each time it really runs. DURABILITY is LangGraph's ("sync",
+"async"). MODE: ``run`` starts the thread and SIGKILLs this process right after the
+refund's side effect; ``resume`` carries the thread on as a restarted host does
+(``invoke(None)``, or the user's message again if nothing of the run was saved);
+``verdict`` resumes a pause with VERDICT (JSON). The checkpointer takes 0.3 s per write, as
+a busy remote database does, so under ``"async"`` the crash loses the step before the tool.
+
+The model is an agent node that asks for the refund under a tool call id new in each
+process (``call-<pid>``) until it sees the tool's answer. The last line printed is JSON:
+the pause's receipts and the messages of the thread.
+"""
+
+import json
+import os
+import signal
+import sqlite3
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from langchain_core.messages import AIMessage, AnyMessage, ToolMessage
+from langchain_core.runnables import RunnableConfig
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.errors import EmptyInputError
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import Command, Durability
+
+from safeact import safe
+from safeact.langgraph import safe_tool
+from tests.actions import Receipt, record_effect
+
+USER: Any = {"messages": [("user", "refund 50 to a@example.com")]}
+
+
+class SlowSaver(SqliteSaver):
+    """A SqliteSaver whose writes take 0.3 s."""
+
+    def put(self, *args: Any, **kwargs: Any) -> Any:
+        time.sleep(0.3)
+        return super().put(*args, **kwargs)
+
+    def put_writes(self, *args: Any, **kwargs: Any) -> None:
+        time.sleep(0.3)
+        super().put_writes(*args, **kwargs)
+
+
+def agent(state: MessagesState) -> dict[str, list[AIMessage]]:
+    """Answer once the tool has; until then ask for the refund, with this process's id."""
+    if isinstance(state["messages"][-1], ToolMessage):
+        return {"messages": [AIMessage("done")]}
+    call_id = f"call-{os.getpid()}"
+    print("CALL", call_id, flush=True)
+    args = {"to": "a@example.com", "amount": 50}
+    return {
+        "messages": [AIMessage("", tool_calls=[{"name": "refund", "args": args, "id": call_id}])]
+    }
+
+
+def shown(message: AnyMessage) -> list[object]:
+    if isinstance(message, ToolMessage):
+        return ["tool", message.content, message.tool_call_id, message.status]
+    if isinstance(message, AIMessage):
+        return ["ai", message.content, [call["id"] for call in message.tool_calls]]
+    return [message.type, message.content]
+
+
+def main() -> None:
+    checkpoints, ledger, effects, durability_name, mode = sys.argv[1:6]
+    durability: Durability = "sync" if durability_name == "sync" else "async"
+
+    @safe(ledger, name="refund")
+    def refund(key: str, to: str, amount: int) -> Receipt:
+        """Refund ``amount`` to ``to``."""
+        record_effect(Path(effects), "refund")
+        if mode == "run":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return Receipt(to, amount)
+
+    saver = SlowSaver(sqlite3.connect(checkpoints, check_same_thread=False))
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode([safe_tool(refund)]))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    app = graph.compile(checkpointer=saver)
+    config: RunnableConfig = {"configurable": {"thread_id": "thread-1"}}
+    if mode == "verdict":
+        result = app.invoke(Command(resume=json.loads(sys.argv[6])), config, durability=durability)
+    elif mode == "resume":
+        try:
+            result = app.invoke(None, config, durability=durability)
+        except EmptyInputError:  # nothing of the run was saved: send the message again
+            print("RESENT", flush=True)
+            result = app.invoke(USER, config, durability=durability)
+    else:
+        result = app.invoke(USER, config, durability=durability)
+    pauses = [pause.value for pause in result.get("__interrupt__", [])]
+    messages = [shown(message) for message in result["messages"]]
+    print(json.dumps({"pauses": pauses, "messages": messages}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,562 @@
+"""safeact.langgraph: guarded tools in real LangGraph graphs and LangChain agents, offline.
+
+The model is LangChain's own fake chat model (or an agent node returning ``AIMessage``s);
+checkpointers are LangGraph's ``InMemorySaver`` and ``SqliteSaver``. Crash tests SIGKILL a
+child process (tests/langgraph_child.py) right after the refund's side effect.
+"""
+
+import json
+import signal
+import sqlite3
+import subprocess
+import sys
+from collections.abc import Callable, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+import attrs
+import pydantic
+import pytest
+from langchain.agents import create_agent
+from langchain_core.language_models import LanguageModelInput
+from langchain_core.language_models.fake_chat_models import GenericFakeChatModel
+from langchain_core.messages import AIMessage, AnyMessage, BaseMessage, ToolMessage
+from langchain_core.runnables import Runnable, RunnableConfig
+from langchain_core.tools import BaseTool, tool
+from langgraph.checkpoint.base import BaseCheckpointSaver
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.checkpoint.sqlite import SqliteSaver
+from langgraph.graph import START, MessagesState, StateGraph
+from langgraph.graph.state import CompiledStateGraph
+from langgraph.prebuilt import ToolNode, tools_condition
+from langgraph.types import Command
+
+import safeact.langgraph
+from safeact import NoRunKeyError, Store, get_store, safe, template
+from safeact.langgraph import SafeMiddleware, safe_tool
+from tests.actions import Receipt, bury_attempt, count_effects, record_effect
+
+CHILD = Path(__file__).with_name("langgraph_child.py")
+ARGS = {"to": "a@example.com", "amount": 50}
+RESULT_JSON = json.dumps(ARGS)
+
+
+class Model(GenericFakeChatModel):
+    """LangChain's fake chat model, as create_agent takes it: binding tools changes nothing."""
+
+    def bind_tools(
+        self,
+        tools: Sequence[dict[str, Any] | type | Callable[..., Any] | BaseTool],  # noqa: ARG002 - the base signature
+        *,
+        tool_choice: str | None = None,  # noqa: ARG002 - the base class's signature
+        **kwargs: Any,  # noqa: ARG002 - the base class's signature
+    ) -> Runnable[LanguageModelInput, AIMessage]:
+        return self
+
+
+def asks(*calls: tuple[str, dict[str, object], str]) -> AIMessage:
+    """The model's message asking for tool calls: (name, arguments, tool call id)."""
+    return AIMessage(
+        "",
+        tool_calls=[{"name": name, "args": args, "id": call_id} for name, args, call_id in calls],
+    )
+
+
+def model(*replies: AIMessage) -> Model:
+    return Model(messages=iter(replies))
+
+
+def refund_call(call_id: str = "call-1") -> AIMessage:
+    return asks(("send_refund", ARGS, call_id))
+
+
+def hand_graph(
+    tools: Sequence[BaseTool], chat: Model, saver: BaseCheckpointSaver[Any]
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """The usual hand-built graph: an agent node, a ToolNode, back to the agent."""
+
+    def agent(state: MessagesState) -> dict[str, list[BaseMessage]]:
+        return {"messages": [chat.invoke(state["messages"])]}
+
+    graph = StateGraph(MessagesState)
+    graph.add_node("agent", agent)
+    graph.add_node("tools", ToolNode(list(tools)))
+    graph.add_edge(START, "agent")
+    graph.add_conditional_edges("agent", tools_condition)
+    graph.add_edge("tools", "agent")
+    return graph.compile(checkpointer=saver)
+
+
+def thread(name: str = "thread-1") -> RunnableConfig:
+    return {"configurable": {"thread_id": name}}
+
+
+USER: Any = {"messages": [("user", "refund 50 to a@example.com")]}
+
+
+def tool_messages(result: dict[str, Any]) -> list[tuple[str, str, str]]:
+    """The tool messages of a run's state: (content, tool call id, status)."""
+    messages: list[AnyMessage] = result["messages"]
+    return [
+        (str(m.content), m.tool_call_id, m.status) for m in messages if isinstance(m, ToolMessage)
+    ]
+
+
+@pytest.fixture
+def store(ledger: Path) -> Iterator[Store]:
+    with get_store(ledger) as opened:
+        yield opened
+
+
+@pytest.fixture(autouse=True)
+def warn_afresh(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Each test sees the once-per-process durability warning as a new process would."""
+    monkeypatch.setattr(safeact.langgraph, "_WARNED", set())
+
+
+@pytest.fixture(params=["memory", "sqlite"])
+def saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseCheckpointSaver[Any]]:
+    if request.param == "memory":
+        yield InMemorySaver()
+        return
+    connection = sqlite3.connect(tmp_path / "checkpoints.db", check_same_thread=False)
+    try:
+        yield SqliteSaver(connection)
+    finally:
+        connection.close()
+
+
+Mode = Literal["ok", "interrupt-before", "interrupt-after", "fail"]
+
+
+def refunds(store: Store, effects: Path, modes: list[Mode] | None = None) -> Any:
+    """A guarded refund; each run pops how it behaves from ``modes`` (default: it succeeds).
+
+    ``interrupt-before``/``-after`` raise KeyboardInterrupt before/after the side effect.
+    """
+
+    @safe(store, name="refund")
+    def send_refund(key: str, to: str, amount: int) -> Receipt:
+        """Refund ``amount`` to ``to``."""
+        mode = modes.pop(0) if modes else "ok"
+        if mode == "interrupt-before":
+            raise KeyboardInterrupt
+        if mode == "fail":
+            raise RuntimeError("card declined")
+        record_effect(effects, "refund")
+        if mode == "interrupt-after":
+            raise KeyboardInterrupt
+        return Receipt(to, amount)
+
+    return send_refund
+
+
+def test_the_model_is_not_asked_for_the_key(store: Store, tmp_path: Path) -> None:
+    """The tool's schema has the function's parameters, name and docstring, not the key."""
+    tool = safe_tool(refunds(store, tmp_path / "effects"))
+    schema = tool.tool_call_schema.model_json_schema()  # type: ignore[union-attr] # a pydantic model here
+    assert (tool.name, tool.description) == ("send_refund", "Refund ``amount`` to ``to``.")
+    assert sorted(schema["properties"]) == ["amount", "to"]
+    assert sorted(schema["required"]) == ["amount", "to"]
+
+
+def test_a_step_run_again_after_an_error_replays(store: Store, tmp_path: Path) -> None:
+    """A ToolNode step that fails after the refund runs again on resume: the refund replays."""
+    effects = tmp_path / "effects"
+    failures = ["the network is down"]
+
+    @tool
+    def lookup(order: str) -> str:
+        """Look an order up."""
+        if failures:
+            raise ValueError(failures.pop())
+        return f"order {order}"
+
+    both = asks(("send_refund", ARGS, "call-1"), ("lookup", {"order": "o-1"}, "call-2"))
+    chat = model(both, AIMessage("done"))
+    graph = hand_graph([safe_tool(refunds(store, effects)), lookup], chat, InMemorySaver())
+    with pytest.raises(ValueError, match="the network is down"):
+        graph.invoke(USER, thread(), durability="sync")
+    assert count_effects(effects, "refund") == 1
+    result = graph.invoke(None, thread(), durability="sync")
+    assert tool_messages(result) == [
+        (RESULT_JSON, "call-1", "success"),
+        ("order o-1", "call-2", "success"),
+    ]
+    assert count_effects(effects, "refund") == 1
+
+
+def test_a_fork_from_an_earlier_checkpoint_is_a_new_position(store: Store, tmp_path: Path) -> None:
+    """Running again from a past checkpoint (time travel) forks at a later step: it runs anew."""
+    effects = tmp_path / "effects"
+    chat = model(refund_call(), AIMessage("done"), AIMessage("done again"))
+    graph = hand_graph([safe_tool(refunds(store, effects))], chat, InMemorySaver())
+    graph.invoke(USER, thread(), durability="sync")
+    before_tools = next(s for s in graph.get_state_history(thread()) if s.next == ("tools",))
+    graph.invoke(None, before_tools.config, durability="sync")
+    steps = sorted(record.key.rsplit(":", 3)[1] for record in store.records())
+    assert steps == ["2", "3"]
+    assert count_effects(effects, "refund") == 2
+
+
+def test_a_template_key_runs_once_across_turns(store: Store, tmp_path: Path) -> None:
+    """With key=template(...), the same refund asked for in two turns runs once."""
+    effects = tmp_path / "effects"
+    chat = model(refund_call("call-1"), AIMessage("done"), refund_call("call-2"), AIMessage("ok"))
+    tool = safe_tool(refunds(store, effects), key=template("refund:{to}:{amount}"))
+    graph = hand_graph([tool], chat, InMemorySaver())
+    graph.invoke(USER, thread())  # no durability warning: the key does not depend on it
+    second = graph.invoke({"messages": [("user", "again please")]}, thread())
+    assert tool_messages(second) == [
+        (RESULT_JSON, "call-1", "success"),
+        (RESULT_JSON, "call-2", "success"),
+    ]
+    assert count_effects(effects, "refund") == 1
+    assert store.get("refund:a@example.com:50") is not None
+
+
+def test_position_keys_differ_between_turns(store: Store, tmp_path: Path) -> None:
+    """The default key is the position: a second turn's call is a new action, and runs."""
+    effects = tmp_path / "effects"
+    chat = model(refund_call("call-1"), AIMessage("done"), refund_call("call-2"), AIMessage("ok"))
+    graph = hand_graph([safe_tool(refunds(store, effects))], chat, InMemorySaver())
+    graph.invoke(USER, thread(), durability="sync")
+    graph.invoke({"messages": [("user", "another")]}, thread(), durability="sync")
+    keys = sorted(record.key.rsplit(":", 3)[1] for record in store.records())
+    assert keys == ["2", "7"]
+    assert count_effects(effects, "refund") == 2
+
+
+def test_an_async_tool_under_ainvoke_in_create_agent(store: Store, tmp_path: Path) -> None:
+    """An async guarded tool works in create_agent under ainvoke, and replays by its key."""
+    import asyncio
+
+    effects = tmp_path / "effects"
+
+    @safe(store, name="async_refund")
+    async def send_refund(key: str, to: str, amount: int) -> Receipt:
+        """Refund ``amount`` to ``to``."""
+        record_effect(effects, "refund")
+        return Receipt(to, amount)
+
+    tool = safe_tool(send_refund, key=template("refund:{to}"))
+    chat = model(refund_call("call-1"), refund_call("call-2"), AIMessage("done"))
+    agent = create_agent(model=chat, tools=[tool], checkpointer=InMemorySaver())
+    result = asyncio.run(agent.ainvoke(USER, thread(), durability="sync"))
+    assert [m[0] for m in tool_messages(result)] == [RESULT_JSON, RESULT_JSON]
+    assert count_effects(effects, "refund") == 1
+
+
+@attrs.frozen
+class Refund:
+    to: str
+    amount: int
+    tags: frozenset[str]
+
+
+class Payout(pydantic.BaseModel):
+    to: str
+    amount: int
+
+
+def test_the_model_sees_results_as_json(store: Store) -> None:
+    """An attrs result and a pydantic result reach the model as JSON; a str as it is."""
+
+    @safe(store, name="attrs_refund")
+    def refund(key: str, to: str, amount: int) -> Refund:
+        """Refund."""
+        return Refund(to, amount, frozenset({"b", "a"}))
+
+    @safe(store, name="payout")
+    def payout(key: str, to: str, amount: int) -> Payout:
+        """Pay out."""
+        return Payout(to=to, amount=amount)
+
+    @safe(store, name="note")
+    def note(key: str, to: str, amount: int) -> str:
+        """Note."""
+        return f"noted {amount} for {to}"
+
+    calls = [("refund", ARGS, "c1"), ("payout", ARGS, "c2"), ("note", ARGS, "c3")]
+    chat = model(asks(*calls), AIMessage("done"))
+    tools = [safe_tool(t) for t in (refund, payout, note)]
+    agent = create_agent(model=chat, tools=tools, checkpointer=InMemorySaver())
+    result = agent.invoke(USER, thread(), durability="sync")
+    contents = {call_id: content for content, call_id, _ in tool_messages(result)}
+    assert contents == {
+        "c1": '{"to": "a@example.com", "amount": 50, "tags": ["a", "b"]}',
+        "c2": RESULT_JSON,
+        "c3": "noted 50 for a@example.com",
+    }
+
+
+def test_a_failed_action_is_an_error_message(store: Store, tmp_path: Path) -> None:
+    """A raising action gives the model an error tool message; the graph goes on."""
+    modes: list[Mode] = ["fail"]
+    chat = model(refund_call(), AIMessage("sorry"), AIMessage("sorry again"))
+    graph = hand_graph([safe_tool(refunds(store, tmp_path / "e", modes))], chat, InMemorySaver())
+    result = graph.invoke(USER, thread(), durability="sync")
+    [(content, _, status)] = tool_messages(result)
+    assert status == "error"
+    assert "RuntimeError: card declined" in content
+    assert result["messages"][-1].content == "sorry"
+    assert count_effects(tmp_path / "e", "refund") == 0
+
+
+def interrupted_run(
+    store: Store, effects: Path, saver: BaseCheckpointSaver[Any], modes: list[Mode], **options: Any
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """A graph whose first refund was interrupted (KeyboardInterrupt) as ``modes`` says."""
+    chat = model(refund_call(), AIMessage("done"))
+    graph = hand_graph([safe_tool(refunds(store, effects, modes), **options)], chat, saver)
+    with pytest.raises(KeyboardInterrupt):
+        graph.invoke(USER, thread(), durability="sync")
+    return graph
+
+
+def the_pause(result: dict[str, Any]) -> dict[str, Any]:
+    [pause] = result["__interrupt__"]
+    value: dict[str, Any] = pause.value
+    return value
+
+
+def test_in_doubt_pauses_with_the_receipt(
+    store: Store, tmp_path: Path, saver: BaseCheckpointSaver[Any]
+) -> None:
+    """A call found in doubt pauses the graph; the pause carries the receipt."""
+    graph = interrupted_run(store, tmp_path / "e", saver, ["interrupt-after"])
+    paused = graph.invoke(None, thread(), durability="sync")
+    [record] = store.records()
+    receipt = the_pause(paused)
+    assert receipt == {
+        "key": record.key,
+        "tool": "refund",
+        "attempted_at": record.attempted_at.isoformat(),
+        "args_hash": record.args_hash,
+        "attempt_id": record.attempt_id,
+        "reason": "interrupted",
+        "note": None,
+    }
+    assert record.key.startswith("langgraph:thread-1:tools:2:refund:")
+    assert graph.get_state(thread()).next == ("tools",)
+
+
+def test_resuming_with_happened_replays_the_result(
+    store: Store, tmp_path: Path, saver: BaseCheckpointSaver[Any]
+) -> None:
+    """Resuming with happened and the result closes the key; the model gets that result."""
+    effects = tmp_path / "e"
+    graph = interrupted_run(store, effects, saver, ["interrupt-after"])
+    graph.invoke(None, thread(), durability="sync")
+    verdict = {"happened": True, "result": ARGS}
+    done = graph.invoke(Command(resume=verdict), thread(), durability="sync")
+    assert tool_messages(done) == [(RESULT_JSON, "call-1", "success")]
+    assert done["messages"][-1].content == "done"
+    assert count_effects(effects, "refund") == 1
+    [event] = [e for e in store.history(store.records()[0].key) if e.why.value == "resolved"]
+    assert event.note is not None
+    assert event.note.startswith("resolved in LangGraph by a resume")
+
+
+def test_not_happened_needs_proof_then_runs(
+    store: Store, tmp_path: Path, saver: BaseCheckpointSaver[Any]
+) -> None:
+    """Not happened, for an owner not proven finished, pauses again; once proven, runs."""
+    effects = tmp_path / "e"
+    graph = interrupted_run(store, effects, saver, ["interrupt-before"])
+    first = the_pause(graph.invoke(None, thread(), durability="sync"))
+    refused = the_pause(
+        graph.invoke(Command(resume={"happened": False}), thread(), durability="sync")
+    )
+    assert refused["note"] is not None
+    assert "not proven finished" in refused["note"]
+    bury_attempt(store, first["attempt_id"])  # its process is gone now: proof
+    done = graph.invoke(Command(resume={"happened": False}), thread(), durability="sync")
+    assert tool_messages(done) == [(RESULT_JSON, "call-1", "success")]
+    assert count_effects(effects, "refund") == 1
+
+
+def test_force_releases_without_proof(store: Store, tmp_path: Path) -> None:
+    """Not happened with force: an operator's assertion releases the key; the action runs."""
+    effects = tmp_path / "e"
+    graph = interrupted_run(store, effects, InMemorySaver(), ["interrupt-before"])
+    graph.invoke(None, thread(), durability="sync")
+    verdict = {"happened": False, "force": True}
+    done = graph.invoke(Command(resume=verdict), thread(), durability="sync")
+    assert tool_messages(done) == [(RESULT_JSON, "call-1", "success")]
+    assert count_effects(effects, "refund") == 1
+
+
+@pytest.mark.parametrize(
+    "verdict",
+    [
+        "yes",
+        {"happened": "yes"},
+        {"happened": True},
+        {"happened": True, "result": {"to": "a"}},
+        {"happened": False, "result": 1},
+        {"happened": False, "please": True},
+    ],
+)
+def test_a_bad_verdict_pauses_again_saying_why(store: Store, tmp_path: Path, verdict: Any) -> None:
+    """A resume value that is not a usable verdict changes nothing and pauses again."""
+    effects = tmp_path / "e"
+    graph = interrupted_run(store, effects, InMemorySaver(), ["interrupt-after"])
+    graph.invoke(None, thread(), durability="sync")
+    again = the_pause(graph.invoke(Command(resume=verdict), thread(), durability="sync"))
+    assert again["error"]
+    [record] = store.records()
+    assert record.state.value == "in_doubt"
+    verdict = {"happened": True, "result": ARGS}
+    done = graph.invoke(Command(resume=verdict), thread(), durability="sync")
+    assert tool_messages(done) == [(RESULT_JSON, "call-1", "success")]
+
+
+def test_a_verdict_is_not_applied_to_a_later_attempt(store: Store, tmp_path: Path) -> None:
+    """After a verdict released the key and the rerun was cut off too, the call pauses anew."""
+    effects = tmp_path / "e"
+    modes: list[Mode] = ["interrupt-before", "interrupt-after"]
+    graph = interrupted_run(store, effects, InMemorySaver(), modes)
+    first = the_pause(graph.invoke(None, thread(), durability="sync"))
+    bury_attempt(store, first["attempt_id"])
+    with pytest.raises(KeyboardInterrupt):  # released, ran (one refund), cut off again
+        graph.invoke(Command(resume={"happened": False}), thread(), durability="sync")
+    [record] = store.records()
+    bury_attempt(store, record.attempt_id)  # even with proof, the old verdict is spent
+    second = the_pause(graph.invoke(None, thread(), durability="sync"))
+    assert second["attempt_id"] == record.attempt_id != first["attempt_id"]
+    assert second["reason"] == "crashed"
+    assert count_effects(effects, "refund") == 1
+
+
+def test_on_doubt_message_tells_the_model(store: Store, tmp_path: Path) -> None:
+    """With on_doubt="message", a doubt is an error tool message with the receipt."""
+    effects = tmp_path / "e"
+    chat = model(refund_call(), AIMessage("I will ask a person"))
+    tool = safe_tool(refunds(store, effects, ["interrupt-after"]), on_doubt="message")
+    graph = hand_graph([tool], chat, InMemorySaver())
+    with pytest.raises(KeyboardInterrupt):
+        graph.invoke(USER, thread(), durability="sync")
+    result = graph.invoke(None, thread(), durability="sync")
+    [(content, _, status)] = tool_messages(result)
+    [record] = store.records()
+    assert status == "error"
+    assert "Do not call send_refund again" in content
+    assert record.key in content
+    assert "__interrupt__" not in result
+    assert count_effects(effects, "refund") == 1
+
+
+def test_middleware_gives_create_agent_the_guarded_tools(store: Store, tmp_path: Path) -> None:
+    """SafeMiddleware's tools reach create_agent, guarded and keyed by position."""
+    effects = tmp_path / "e"
+    chat = model(refund_call(), AIMessage("done"))
+    middleware = SafeMiddleware(refunds(store, effects))
+    agent = create_agent(model=chat, middleware=[middleware], checkpointer=InMemorySaver())
+    result = agent.invoke(USER, thread(), durability="sync")
+    assert tool_messages(result) == [(RESULT_JSON, "call-1", "success")]
+    [record] = store.records()
+    assert record.key.startswith("langgraph:thread-1:tools:2:refund:")
+
+
+def test_durability_other_than_sync_warns_once(store: Store, tmp_path: Path) -> None:
+    """A graph with a checkpointer run under the default durability warns, once."""
+    chat = model(refund_call("c1"), AIMessage("done"), refund_call("c2"), AIMessage("ok"))
+    graph = hand_graph([safe_tool(refunds(store, tmp_path / "e"))], chat, InMemorySaver())
+    with pytest.warns(RuntimeWarning, match="durability='async'"):
+        graph.invoke(USER, thread())
+    graph.invoke({"messages": [("user", "more")]}, thread())  # no second warning
+
+
+def test_outside_a_graph_the_position_key_refuses(store: Store, tmp_path: Path) -> None:
+    """Called outside a graph run, a position-keyed tool says to pass key=; nothing runs."""
+    tool = safe_tool(refunds(store, tmp_path / "e"))
+    with pytest.raises(NoRunKeyError, match="key="):
+        tool.invoke(ARGS)
+    assert store.records() == []
+
+
+def test_import_safeact_does_not_import_langchain() -> None:
+    """`import safeact` loads neither LangChain nor LangGraph."""
+    code = "import sys, safeact; print(sorted(m for m in sys.modules if m.startswith('lang')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def child(
+    tmp_path: Path, durability: str, mode: str, *verdict: str
+) -> subprocess.CompletedProcess[str]:
+    files = [tmp_path / name for name in ("checkpoints.db", "ledger.db", "effects")]
+    command = [sys.executable, str(CHILD), *map(str, files), durability, mode, *verdict]
+    return subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
+
+
+def printed(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
+    assert result.returncode == 0, result.stderr
+    decoded: dict[str, Any] = json.loads(result.stdout.splitlines()[-1])
+    return decoded
+
+
+def call_ids(result: subprocess.CompletedProcess[str]) -> list[str]:
+    return [line.split()[1] for line in result.stdout.splitlines() if line.startswith("CALL ")]
+
+
+@pytest.mark.parametrize("durability", ["sync", "async"])
+def test_sigkill_after_the_refund_then_resume_pauses(tmp_path: Path, durability: str) -> None:
+    """Killed right after its side effect, a resumed run pauses with the receipt: one refund."""
+    killed = child(tmp_path, durability, "run")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    resumed = child(tmp_path, durability, "resume")
+    assert count_effects(tmp_path / "effects", "refund") == 1
+    [receipt] = printed(resumed)["pauses"]
+    assert receipt["reason"] == "crashed"
+    assert receipt["key"].startswith("langgraph:thread-1:tools:2:refund:")
+    if durability == "async":  # the step was lost: the model asked again, under a new id
+        assert call_ids(resumed) != []
+        assert call_ids(resumed) != call_ids(killed)
+
+
+def test_sigkill_then_resume_with_a_verdict_finishes(tmp_path: Path) -> None:
+    """After the kill and the pause, the verdict "happened" finishes the run: one refund."""
+    assert child(tmp_path, "sync", "run").returncode == -signal.SIGKILL
+    printed(child(tmp_path, "sync", "resume"))
+    verdict = json.dumps({"happened": True, "result": ARGS})
+    done = printed(child(tmp_path, "sync", "verdict", verdict))
+    assert done["pauses"] == []
+    assert done["messages"][-2][1:] == [RESULT_JSON, done["messages"][1][2][0], "success"]
+    assert done["messages"][-1] == ["ai", "done", []]
+    assert count_effects(tmp_path / "effects", "refund") == 1
+
+
+def test_an_async_tool_in_doubt_pauses_and_resumes(store: Store, tmp_path: Path) -> None:
+    """An async tool found in doubt pauses create_agent under ainvoke; "happened" replays."""
+    import asyncio
+
+    effects = tmp_path / "effects"
+    interrupt_next = [True]
+
+    @safe(store, name="async_refund")
+    async def send_refund(key: str, to: str, amount: int) -> Receipt:
+        """Refund ``amount`` to ``to``."""
+        record_effect(effects, "refund")
+        if interrupt_next.pop():
+            raise KeyboardInterrupt
+        return Receipt(to, amount)
+
+    with pytest.raises(KeyboardInterrupt):  # cut off right after the refund
+        asyncio.run(send_refund("refund:a@example.com", **ARGS))  # type: ignore[arg-type] # ARGS's values are an str and an int
+    tool = safe_tool(send_refund, key=template("refund:{to}"))
+    agent = create_agent(
+        model(refund_call(), AIMessage("done")), [tool], checkpointer=InMemorySaver()
+    )
+
+    async def run() -> tuple[dict[str, Any], dict[str, Any]]:
+        paused = await agent.ainvoke(USER, thread(), durability="sync")
+        verdict = {"happened": True, "result": ARGS}
+        done = await agent.ainvoke(Command(resume=verdict), thread(), durability="sync")
+        return paused, done
+
+    paused, done = asyncio.run(run())
+    assert the_pause(paused)["key"] == "refund:a@example.com"
+    assert tool_messages(done) == [(RESULT_JSON, "call-1", "success")]
+    assert count_effects(effects, "refund") == 1
