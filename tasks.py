@@ -140,7 +140,8 @@ def artifact(arguments: list[str]) -> None:
             ROOT,
         )
         (wheel,) = (where / "dist").glob("safeact-*.whl")
-        installed = venv(where / "venv", f"{wheel}[dev]")
+        # Every extra by name, so each one's declared requirements are resolved and used.
+        installed = venv(where / "venv", f"{wheel}[dev,langgraph,postgres,pydantic]")
         for name in ("tests", "typings", "examples", "pyproject.toml"):
             source = ROOT / name
             if source.is_dir():

@@ -84,6 +84,7 @@ class InDoubt:
             self.args_hash,
             self.reason,
             attempt_id=self.attempt_id,
+            note=self.note,
         )
 
 

@@ -97,7 +97,8 @@ class InDoubtError(SafeError):
     """The action may or may not have run; go and check, then resolve the key.
 
     Carries the receipt of ``InDoubt``: ``key``, ``tool``, ``attempted_at``, ``args_hash``,
-    the ``reason`` and the ``attempt_id``.
+    the ``reason``, the ``attempt_id`` and the ``note`` (a probe's verdict that could not
+    close the key).
     """
 
     def __init__(  # noqa: PLR0913 - one parameter per field of the receipt
@@ -109,6 +110,7 @@ class InDoubtError(SafeError):
         reason: DoubtReason,
         *,
         attempt_id: str | None = None,
+        note: str | None = None,
     ) -> None:
         """Carry the receipt of the in-doubt call."""
         self.key = key
@@ -117,6 +119,7 @@ class InDoubtError(SafeError):
         self.args_hash = args_hash
         self.reason = reason
         self.attempt_id = attempt_id
+        self.note = note
         super().__init__(
             f"{tool} with key {key!r} (attempted at {attempted_at.isoformat()}) may or may not "
             f"have run ({reason.value}); check the downstream system, then resolve the key"

@@ -417,7 +417,7 @@ class _Guard:
             "args_hash": doubt.args_hash,
             "attempt_id": doubt.attempt_id,
             "reason": doubt.reason.value,
-            "note": None,
+            "note": doubt.note,
         }
 
     def _content(self, value: object) -> str:

@@ -8,7 +8,8 @@ appends a line to (synced) each time it really runs. DURABILITY is LangGraph's (
 refund's side effect; ``resume`` carries the thread on as a restarted host does
 (``invoke(None)``, or the user's message again if nothing of the run was saved);
 ``verdict`` resumes a pause with VERDICT (JSON). The checkpointer takes 0.3 s per write, as
-a busy remote database does, so under ``"async"`` the crash loses the step before the tool.
+a busy remote database does; in ``run`` under ``"async"`` its writes never finish, so the
+crash loses the step before the tool every time.
 
 The model is an agent node that asks for the refund under a tool call id new in each
 process (``call-<pid>``) until it sees the tool's answer. The last line printed is JSON:
@@ -20,6 +21,7 @@ import os
 import signal
 import sqlite3
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -42,14 +44,27 @@ USER: Any = {"messages": [("user", "refund 50 to a@example.com")]}
 
 
 class SlowSaver(SqliteSaver):
-    """A SqliteSaver whose writes take 0.3 s."""
+    """A SqliteSaver whose writes take 0.3 s, or (``stuck``) never finish.
+
+    A stuck writer is a busy remote database at its worst, and makes the race of an
+    ``"async"`` save with the crash come out one way every time: the save is lost.
+    """
+
+    def __init__(self, connection: sqlite3.Connection, *, stuck: bool) -> None:
+        super().__init__(connection)
+        self.stuck = stuck
+
+    def _wait(self) -> None:
+        if self.stuck:
+            threading.Event().wait()  # until the process is killed
+        time.sleep(0.3)
 
     def put(self, *args: Any, **kwargs: Any) -> Any:
-        time.sleep(0.3)
+        self._wait()
         return super().put(*args, **kwargs)
 
     def put_writes(self, *args: Any, **kwargs: Any) -> None:
-        time.sleep(0.3)
+        self._wait()
         super().put_writes(*args, **kwargs)
 
 
@@ -85,7 +100,8 @@ def main() -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         return Receipt(to, amount)
 
-    saver = SlowSaver(sqlite3.connect(checkpoints, check_same_thread=False))
+    stuck = mode == "run" and durability == "async"
+    saver = SlowSaver(sqlite3.connect(checkpoints, check_same_thread=False), stuck=stuck)
     graph = StateGraph(MessagesState)
     graph.add_node("agent", agent)
     graph.add_node("tools", ToolNode([safe_tool(refund)]))

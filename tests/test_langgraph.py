@@ -186,6 +186,21 @@ def test_a_step_run_again_after_an_error_replays(store: Store, tmp_path: Path) -
     assert count_effects(effects, "refund") == 1
 
 
+def test_identical_calls_in_one_step_are_one_action(store: Store, tmp_path: Path) -> None:
+    """One message asking twice with the same arguments refunds once; both calls get it."""
+    effects = tmp_path / "effects"
+    twice = asks(("send_refund", ARGS, "call-1"), ("send_refund", ARGS, "call-2"))
+    graph = hand_graph(
+        [safe_tool(refunds(store, effects))], model(twice, AIMessage("done")), InMemorySaver()
+    )
+    result = graph.invoke(USER, thread(), durability="sync")
+    assert sorted(tool_messages(result)) == [
+        (RESULT_JSON, "call-1", "success"),
+        (RESULT_JSON, "call-2", "success"),
+    ]
+    assert count_effects(effects, "refund") == 1
+
+
 def test_a_fork_from_an_earlier_checkpoint_is_a_new_position(store: Store, tmp_path: Path) -> None:
     """Running again from a past checkpoint (time travel) forks at a later step: it runs anew."""
     effects = tmp_path / "effects"

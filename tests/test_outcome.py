@@ -52,6 +52,16 @@ def test_unwrap_in_doubt_raises_with_receipt() -> None:
     )
 
 
+def test_unwrap_in_doubt_carries_the_attempt_and_the_note() -> None:
+    """InDoubtError also carries the attempt in doubt and a probe's note, for frameworks."""
+    receipt = InDoubt(
+        "k", "tool", datetime(2026, 1, 2, tzinfo=UTC), "abc", note="bank: unknown", attempt_id="a1"
+    )
+    with pytest.raises(InDoubtError) as caught:
+        receipt.unwrap()
+    assert (caught.value.attempt_id, caught.value.note) == ("a1", "bank: unknown")
+
+
 def test_unwrap_failed_chains_the_live_exception() -> None:
     """Failed.unwrap() raises FailedCallError from the live exception."""
     cause = ValueError("bad")
