@@ -19,6 +19,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import tomllib
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
@@ -33,6 +34,8 @@ BENCH_PEERS = (
     "boto3==1.44.8",
 )
 MUTMUT = "mutmut==3.8.1"
+MCP1 = "mcp==1.30.0"
+"""The other major of the MCP SDK that safeact.mcp supports (the dev pin is 2.x)."""
 DETECTED = {1, 3, 24, -24, 36, 152, 255}
 """mutmut's exit codes for a mutant the tests caught: a red test, or a time-out."""
 UNCAUGHT = {0: "survived", 5: "no tests", 33: "no tests", 34: "skipped", None: "not run"}
@@ -88,6 +91,17 @@ def dev_python() -> Path:
     return venv(VENV, "--editable", f"{ROOT}[dev]")
 
 
+def mcp1_python() -> Path:
+    """Return the interpreter of .venv-mcp1: the dev pins of .venv, with mcp 1.x for 2.x.
+
+    pip refuses ``.[dev]`` together with another mcp pin (the two conflict), so the dev
+    list is read from pyproject.toml and its mcp pin swapped.
+    """
+    extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    dev = [pin for pin in extras["optional-dependencies"]["dev"] if not pin.startswith("mcp==")]
+    return venv(ROOT / ".venv-mcp1", "--editable", str(ROOT), *dev, MCP1)
+
+
 def demo(_: list[str]) -> None:
     """Run the scripted agent loop, which crashes itself, restarts and resolves."""
     run(dev_python(), ROOT / "examples" / "agent_loop.py", ROOT / ".demo")
@@ -99,7 +113,7 @@ def refund_demo(_: list[str]) -> None:
 
 
 def test(arguments: list[str]) -> None:
-    """Run tests/ and typings/ with branch coverage."""
+    """Run tests/ and typings/, then tests/test_mcp.py on mcp 1.x; branch coverage of both."""
     python = dev_python()
     env = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     run(
@@ -108,6 +122,22 @@ def test(arguments: list[str]) -> None:
         "pytest",
         "--cov=safeact",
         "--cov-branch",
+        "--cov-report=",
+        *arguments,
+        env=env,
+    )
+    # safeact.mcp serves both majors of the MCP SDK: its tests run again on 1.x, and the
+    # coverage threshold applies to the union of the two runs.
+    mcp1 = mcp1_python()
+    env = {**os.environ, "PATH": f"{mcp1.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    run(
+        mcp1,
+        "-m",
+        "pytest",
+        "tests/test_mcp.py",
+        "--cov=safeact",
+        "--cov-branch",
+        "--cov-append",
         "--cov-report=term",
         "--cov-fail-under=95",
         *arguments,
@@ -141,7 +171,7 @@ def artifact(arguments: list[str]) -> None:
         )
         (wheel,) = (where / "dist").glob("safeact-*.whl")
         # Every extra by name, so each one's declared requirements are resolved and used.
-        installed = venv(where / "venv", f"{wheel}[dev,langgraph,postgres,pydantic]")
+        installed = venv(where / "venv", f"{wheel}[dev,langgraph,mcp,postgres,pydantic]")
         for name in ("tests", "typings", "examples", "pyproject.toml"):
             source = ROOT / name
             if source.is_dir():

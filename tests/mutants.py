@@ -453,6 +453,29 @@ MUTANTS = [
         ["tests/test_operator_results.py"],
     ),
     Mutant(
+        "run an MCP tool that was called without a key",
+        [
+            Edit(
+                "safeact/mcp.py",
+                "            return _error(self._no_key(sent))\n",
+                '            key = f"unkeyed:{id(arguments)}"\n',
+            )
+        ],
+        ["tests/test_mcp.py"],
+    ),
+    Mutant(
+        "key a LangGraph call by its task, which a lost step re-plans",
+        [
+            Edit(
+                "safeact/langgraph.py",
+                'path = "/".join(part.split(":", 1)[0] for part in namespace.split("|")) '
+                'if namespace else ""',
+                'path = namespace.replace(":", "-")',
+            )
+        ],
+        ["tests/test_langgraph.py"],
+    ),
+    Mutant(
         "read a corrupt result as null",
         [
             Edit(

@@ -69,3 +69,20 @@ def test_langgraph_example_pauses_in_doubt_and_pays_once() -> None:
     )
     assert "  agent: Refunded $50 to ada@example.com." in lines
     assert lines[-1] == "bank: 1 payment(s)"
+
+
+MCP = DEMO.with_name("mcp_help_desk.py")
+
+
+def test_mcp_example_opens_one_ticket_per_key() -> None:
+    """The README's MCP host retries under one key, gets the replay, and one ticket is opened."""
+    result = subprocess.run(
+        [sys.executable, str(MCP)], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert result.stdout.splitlines() == [
+        "1 {'id': 'T-1', 'order_id': 'A-17'} replayed: False",
+        "2 {'id': 'T-1', 'order_id': 'A-17'} replayed: True",
+        "keyed by run: {'id': 'T-2', 'order_id': 'B-3'}",
+        "no key: True open_ticket needs an idempotency key, and this call has none",
+        "tickets opened: ['A-17', 'B-3']",
+    ]
