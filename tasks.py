@@ -171,7 +171,9 @@ def artifact(arguments: list[str]) -> None:
         )
         (wheel,) = (where / "dist").glob("safeact-*.whl")
         # Every extra by name, so each one's declared requirements are resolved and used.
-        installed = venv(where / "venv", f"{wheel}[dev,langgraph,mcp,postgres,pydantic]")
+        installed = venv(
+            where / "venv", f"{wheel}[dbos,dev,langgraph,mcp,postgres,pydantic,temporal]"
+        )
         for name in ("tests", "typings", "examples", "pyproject.toml"):
             source = ROOT / name
             if source.is_dir():

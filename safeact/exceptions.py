@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
     from datetime import datetime
 
     from safeact._protocol import DoubtReason
@@ -26,7 +27,23 @@ __all__ = [
 
 
 class SafeError(Exception):
-    """Base class of every error safeact raises."""
+    """Base class of every error safeact raises.
+
+    Each pickles with its fields (multiprocessing, DBOS and other engines store exceptions
+    so), though the subclasses' ``__init__`` do not take the message pickle would pass.
+    """
+
+    def __reduce__(self) -> tuple[Callable[..., SafeError], tuple[object, ...]]:
+        """Rebuild from ``args`` and the fields, without calling ``__init__``."""
+        return _rebuilt, (type(self), self.args, dict(self.__dict__))
+
+
+def _rebuilt(
+    cls: type[SafeError], args: tuple[object, ...], fields: dict[str, object]
+) -> SafeError:
+    error = cls.__new__(cls, *args)
+    error.__dict__.update(fields)
+    return error
 
 
 class StoreError(SafeError):

@@ -126,3 +126,35 @@ def test_unwrap_failed_names_the_key_and_the_tool() -> None:
     with pytest.raises(FailedCallError) as caught:
         Failed("k", "tool", "ValueError", "bad").unwrap()
     assert (caught.value.key, caught.value.tool) == ("k", "tool")
+
+
+def test_safeact_errors_pickle_with_their_fields() -> None:
+    """Engines that pickle exceptions (DBOS, multiprocessing) get them back whole."""
+    import pickle
+
+    from safeact import CorruptRecordError, DoubtReason, KeyConflictError, NotProvenError
+
+    errors: list[Exception] = [
+        InDoubtError(
+            "k",
+            "tool",
+            datetime(2026, 1, 2, tzinfo=UTC),
+            "abc",
+            DoubtReason.CRASHED,
+            attempt_id="a",
+        ),
+        FailedCallError("k", "tool", "ValueError", "bad"),
+        KeyConflictError("k", "other arguments"),
+        NotProvenError("k", "its lease ran out"),
+        CorruptRecordError(
+            "agent.db: key 'k'",
+            table="calls",
+            subject="k",
+            column="result",
+            problem="is not JSON",
+            fix="restore it",
+        ),
+    ]
+    for error in errors:
+        back = pickle.loads(pickle.dumps(error))  # noqa: S301 - our own bytes
+        assert (type(back), back.args, vars(back)) == (type(error), error.args, vars(error))

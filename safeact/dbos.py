@@ -1,0 +1,143 @@
+"""Guarded DBOS steps: ``guarded_step`` makes a ``@safe`` tool a step body that acts at most once.
+
+DBOS records a step's result when it returns, and runs the step again when its process died
+before that: a step is tried at least once. Stacked under ``@DBOS.step()``, a guarded step
+keys its action by the step's identity (``step_key``: workflow id, step id, tool), which a
+re-run keeps, so the action runs at most once::
+
+    @safe("agent.db")
+    def send_refund(key: str, to: str, amount: int) -> Receipt: ...
+
+    refund = DBOS.step(name="refund")(guarded_step(send_refund))
+    settle = DBOS.step(name="settle_refund")(raise_on_doubt(send_refund))
+
+    @DBOS.workflow()
+    def refund_order(to: str, amount: int) -> Receipt:
+        try:
+            return refund(to, amount)
+        except InDoubtError as doubt:  # cut off on an earlier run: a person checks
+            DBOS.set_event("in_doubt", doubt.key)
+            DBOS.recv("verdict", timeout_seconds=7 * 86400)  # sent after safeact resolve
+            return settle(doubt.key, to, amount)
+
+A step whose action was cut off (the process was killed after the action began and before
+its outcome was recorded) raises ``InDoubtError`` when DBOS re-runs it: the action is not
+run again. DBOS records that error as the step's outcome, so the workflow gets the same
+error on every later replay; it catches it, waits durably for a person to check the
+downstream system and resolve the key, then calls the tool again under ``doubt.key`` in a
+new step (``raise_on_doubt``), which replays the result (resolved as happened) or runs the
+action (released as not happened); still unresolved, it raises ``InDoubtError`` again.
+Let the doubt end the workflow instead and it stays ended: DBOS replays a finished
+workflow's error. A failed action raises ``FailedCallError``, the same on every later run:
+the key is spent.
+
+``DBOS.fork_workflow`` runs the steps from ``start_step`` on under a new workflow id, so
+under ``step_key`` their actions run again: a fork means "do it again". To fork without
+acting again, key those tools by business identity (``key=safeact.template(...)``).
+
+DBOS's step retries cannot act twice: every attempt of a step has the same key, so a retry
+replays the doubt or the failure. They only wrap it, after ``max_attempts``, in
+``DBOSMaxStepRetriesExceeded``; pass ``should_retry=retryable`` to give the workflow the
+``InDoubtError`` or ``FailedCallError`` at once.
+
+Importing this module imports DBOS (about 0.7 s); ``import safeact`` does not. Install it
+with the ``safeact[dbos]`` extra. Importing it also makes ``InDoubtError`` and
+the other ``SafeError``s picklable, as DBOS's default serializer needs to replay them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Coroutine
+from typing import Any, ParamSpec, TypeVar, overload
+from urllib.parse import quote
+
+from dbos import DBOS
+
+from safeact._keyed import KeyPolicy, NoRunKeyError, ToolCall, keyed
+from safeact._protocol import DoubtReason
+from safeact._tool import AsyncSafeTool, SafeTool
+from safeact.exceptions import FailedCallError, InDoubtError, KeyConflictError
+
+__all__ = ["guarded_step", "retryable", "step_key"]
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+
+def step_key(call: ToolCall) -> str:
+    """The key of ``call`` from the DBOS step it runs in (``guarded_step``'s default policy).
+
+    The key is ``dbos:{workflow_id}:{step_id}:{tool}``: the workflow id (percent-quoted),
+    DBOS's id of the step in its workflow, and the guarded tool's name. DBOS gives a step
+    the same ids when it runs it again after a crash, on any executor, and on every retry
+    attempt (the attempt number is not in the key), so the re-run finds the first run's
+    record.
+
+    The arguments' digest is not in the key: DBOS itself records and replays a step by its
+    position alone, and a deterministic workflow (DBOS's rule) calls the step with the same
+    arguments again. When it does not (an argument drawn from the clock or a random number
+    outside a step), the re-run is refused with ``KeyConflictError`` and nothing runs,
+    where a key with the digest would act a second time. So one step calls one guarded
+    tool once per set of arguments; a step that calls the same tool with other arguments
+    gets ``KeyConflictError``: make each action its own step, or key by business identity
+    (``safeact.template``).
+
+    Raises:
+        NoRunKeyError: the call is not made inside a DBOS step (outside any workflow, or in
+            a workflow's own body): there is no step to key it by.
+
+    """
+    workflow_id, step_id = DBOS.workflow_id, DBOS.step_id
+    if workflow_id is None or step_id is None:
+        raise NoRunKeyError(
+            f"{call.tool} was called outside a DBOS step, so it has no step to be keyed by: "
+            "call it from a function decorated with @DBOS.step() run by a @DBOS.workflow(), "
+            "or pass key=... a key policy, e.g. safeact.template('refund:{order_id}')"
+        )
+    return f"dbos:{quote(workflow_id, safe='')}:{step_id}:{call.tool}"
+
+
+@overload
+def guarded_step(
+    tool: AsyncSafeTool[P, T], *, key: KeyPolicy = ...
+) -> Callable[P, Coroutine[Any, Any, T]]: ...
+@overload
+def guarded_step(tool: SafeTool[P, T], *, key: KeyPolicy = ...) -> Callable[P, T]: ...
+def guarded_step(
+    tool: SafeTool[P, T] | AsyncSafeTool[P, T], *, key: KeyPolicy = step_key
+) -> Callable[P, T] | Callable[P, Coroutine[Any, Any, T]]:
+    """Make the guarded ``tool`` the body of a DBOS step: decorate the result with ``@DBOS.step()``.
+
+    ``DBOS.step(name="refund")(guarded_step(send_refund))`` is a step with the tool's
+    parameters without the key, its name and docstring, async exactly when the tool is.
+    Name the step (``name=``) so it stays the same when the code moves. Each call is keyed
+    by ``key``: by default ``step_key``, the step's identity.
+
+    The step returns the value (ran now, or replayed from the ledger when DBOS runs the
+    step again) or raises ``InDoubtError`` (the action may have run: a crash cut it off;
+    it is not run again) or ``FailedCallError`` (it raised, now or before). See the
+    module's documentation for what a workflow does with a doubt.
+
+    Raises:
+        TypeError: ``tool`` is not a guarded tool.
+        ValueError: ``key`` is a template naming an argument the tool does not take.
+        NoRunKeyError: (from the step) ``key`` is ``step_key`` and the function is called
+            outside a DBOS step.
+
+    """
+    return keyed(tool, key)
+
+
+def retryable(error: BaseException) -> bool:
+    """Whether DBOS should retry a guarded step that raised ``error`` (its ``should_retry``).
+
+    ``@DBOS.step(retries_allowed=True, should_retry=retryable)``. No for what a retry under
+    the same key would only repeat: ``FailedCallError``, ``KeyConflictError``, and
+    ``InDoubtError``, settled until a person resolves the key (DBOS would hide them in
+    ``DBOSMaxStepRetriesExceeded``). Yes for a doubt whose action is still running under a
+    live owner (``in_flight``), which a later attempt may find finished, and for any other
+    error (a busy ledger, say), raised before the action ran.
+    """
+    if isinstance(error, InDoubtError):
+        return error.reason is DoubtReason.IN_FLIGHT
+    return not isinstance(error, FailedCallError | KeyConflictError)

@@ -1,0 +1,274 @@
+"""safeact.dbos: guarded steps in real DBOS workflows, offline on SQLite.
+
+Each test launches DBOS on a system database of its own and destroys it (and its registry)
+after. Crash tests SIGKILL a child process (tests/dbos_child.py) right after the refund's
+side effect, and relaunch DBOS in new processes, which recover the workflow.
+"""
+
+import asyncio
+import json
+import pickle
+import signal
+import subprocess
+import sys
+from collections.abc import Callable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from dbos import DBOS, SetWorkflowID
+from dbos import error as dbos_error
+
+from safeact import (
+    DoubtReason,
+    FailedCallError,
+    InDoubtError,
+    KeyConflictError,
+    NoRunKeyError,
+    SafeTool,
+    Store,
+    ToolCall,
+    get_store,
+    safe,
+)
+from safeact.dbos import guarded_step, retryable, step_key
+from tests.actions import Receipt, count_effects, record_effect
+
+CHILD = Path(__file__).with_name("dbos_child.py")
+RECEIPT = Receipt("a@example.com", 50)
+
+Launch = Callable[[str], None]
+
+
+@pytest.fixture
+def launch(tmp_path: Path) -> Iterator[Launch]:
+    """Launch DBOS on the system database ``name`` in tmp_path (again: a new instance)."""
+
+    def start(name: str) -> None:
+        DBOS.destroy()  # keeps the registry: the same functions on another database
+        DBOS(config={"name": "safeact-test", "system_database_url": f"sqlite:///{tmp_path / name}"})
+        DBOS.launch()
+
+    yield start
+    DBOS.destroy(destroy_registry=True)
+
+
+@pytest.fixture
+def store(ledger: Path) -> Iterator[Store]:
+    with get_store(ledger) as opened:
+        yield opened
+
+
+def refunds(
+    store: Store, effects: Path, *, interrupt: bool = False
+) -> SafeTool[[str, int], Receipt]:
+    """A guarded refund that records its effect; ``interrupt`` cuts it off right after."""
+
+    @safe(store, name="refund")
+    def send_refund(key: str, to: str, amount: int) -> Receipt:
+        """Refund ``amount`` to ``to``."""
+        record_effect(effects, "refund")
+        if interrupt:
+            raise KeyboardInterrupt
+        return Receipt(to, amount)
+
+    return send_refund
+
+
+def test_the_key_is_the_steps_identity(launch: Launch, store: Store, tmp_path: Path) -> None:
+    """Each guarded step is keyed by workflow id (quoted), step id and tool."""
+
+    @safe(store, name="notify")
+    def notify(key: str, to: str) -> str:
+        return to
+
+    refund = DBOS.step(name="refund")(guarded_step(refunds(store, tmp_path / "effects")))
+    tell = DBOS.step(name="notify")(guarded_step(notify))
+
+    @DBOS.workflow(name="refund_order")
+    def refund_order() -> str:
+        refund("a@example.com", 50)
+        return tell("a@example.com")
+
+    launch("system.db")
+    with SetWorkflowID("order:7"):
+        refund_order()
+    keys = sorted(record.key for record in store.records())
+    assert keys == ["dbos:order%3A7:1:refund", "dbos:order%3A7:2:notify"]
+
+
+def test_a_step_run_again_replays(launch: Launch, store: Store, tmp_path: Path) -> None:
+    """A workflow run again on a system database that forgot it replays: one refund."""
+    effects = tmp_path / "effects"
+    refund = DBOS.step(name="refund")(guarded_step(refunds(store, effects)))
+
+    @DBOS.workflow(name="refund_order")
+    def refund_order() -> Receipt:
+        return refund("a@example.com", 50)
+
+    results = []
+    for system_db in ("first.db", "second.db"):
+        launch(system_db)
+        with SetWorkflowID("wf-1"):
+            results.append(refund_order())
+    assert results == [RECEIPT, RECEIPT]
+    assert count_effects(effects, "refund") == 1
+
+
+def test_other_arguments_on_a_rerun_conflict(launch: Launch, store: Store, tmp_path: Path) -> None:
+    """A step run again with other arguments (a non-deterministic workflow) acts no more."""
+    effects = tmp_path / "effects"
+    refund = DBOS.step(name="refund")(guarded_step(refunds(store, effects)))
+
+    @DBOS.workflow(name="refund_order")
+    def refund_order(amount: int) -> Receipt:
+        return refund("a@example.com", amount)
+
+    launch("first.db")
+    with SetWorkflowID("wf-1"):
+        refund_order(50)
+    launch("second.db")
+    with SetWorkflowID("wf-1"), pytest.raises(KeyConflictError, match="dbos:wf-1:1:refund"):
+        refund_order(60)
+    assert count_effects(effects, "refund") == 1
+
+
+@pytest.mark.parametrize("settled", [True, False])
+def test_retries_of_a_step_in_doubt_never_act(
+    launch: Launch, store: Store, tmp_path: Path, settled: bool
+) -> None:
+    """A step in doubt with retries raises InDoubtError (with retryable) and never acts again."""
+    effects = tmp_path / "effects"
+    with pytest.raises(KeyboardInterrupt):  # an earlier run, cut off after the refund
+        refunds(store, effects, interrupt=True)("dbos:wf-1:1:refund", "a@example.com", 50)
+    options: dict[str, Any] = {"should_retry": retryable} if settled else {}
+    refund = DBOS.step(name="refund", retries_allowed=True, interval_seconds=0, **options)(
+        guarded_step(refunds(store, effects))
+    )
+
+    @DBOS.workflow(name="refund_order")
+    def refund_order() -> str:
+        try:
+            refund("a@example.com", 50)
+        except InDoubtError as doubt:
+            return doubt.reason.value
+        except dbos_error.DBOSMaxStepRetriesExceeded as exceeded:
+            return type(exceeded.errors[-1]).__name__
+        return "ran"
+
+    launch("system.db")
+    with SetWorkflowID("wf-1"):
+        ended = refund_order()
+    assert ended == ("interrupted" if settled else "InDoubtError")
+    assert count_effects(effects, "refund") == 1
+
+
+def test_an_async_tool_is_an_async_step(launch: Launch, store: Store, tmp_path: Path) -> None:
+    """An async guarded tool makes an async step, keyed by the step: it runs once."""
+    effects = tmp_path / "effects"
+
+    @safe(store, name="refund")
+    async def send_refund(key: str, to: str, amount: int) -> Receipt:
+        record_effect(effects, "refund")
+        return Receipt(to, amount)
+
+    refund = DBOS.step(name="refund")(guarded_step(send_refund))
+
+    @DBOS.workflow(name="refund_order")
+    async def refund_order() -> Receipt:
+        return await refund("a@example.com", 50)
+
+    launch("system.db")
+    with SetWorkflowID("wf-1"):
+        assert asyncio.run(refund_order()) == RECEIPT
+    assert [record.key for record in store.records()] == ["dbos:wf-1:1:refund"]
+
+
+def test_outside_a_step_the_key_refuses(launch: Launch, store: Store, tmp_path: Path) -> None:
+    """Called outside a step (no workflow, or a workflow's own body), nothing runs."""
+    plain = guarded_step(refunds(store, tmp_path / "effects"))
+
+    @DBOS.workflow(name="refund_order")
+    def refund_order() -> Receipt:
+        return plain("a@example.com", 50)
+
+    launch("system.db")
+    with pytest.raises(NoRunKeyError, match="DBOS step"):
+        plain("a@example.com", 50)
+    with SetWorkflowID("wf-1"), pytest.raises(NoRunKeyError, match="key="):
+        refund_order()
+    assert store.records() == []
+
+
+def test_retryable_retries_only_what_ran_nothing() -> None:
+    """retryable: no for what a retry would repeat, yes for in flight and other errors."""
+    now = datetime.now(UTC)
+
+    def doubt(reason: DoubtReason) -> InDoubtError:
+        return InDoubtError("k", "refund", now, "hash", reason)
+
+    errors: list[BaseException] = [
+        doubt(DoubtReason.CRASHED),
+        doubt(DoubtReason.IN_FLIGHT),
+        FailedCallError("k", "refund", "RuntimeError", "declined"),
+        KeyConflictError("k", "is recorded for other arguments"),
+        RuntimeError("ledger busy"),
+    ]
+    assert [retryable(error) for error in errors] == [False, True, False, False, True]
+
+
+def test_errors_survive_dbos_serialization() -> None:
+    """InDoubtError and KeyConflictError pickle with their fields, as DBOS stores them."""
+    now = datetime.now(UTC)
+    doubt = InDoubtError("k", "refund", now, "hash", DoubtReason.CRASHED, attempt_id="a1")
+    conflict = KeyConflictError("k", "is recorded for other arguments")
+    doubt_back, conflict_back = pickle.loads(pickle.dumps((doubt, conflict)))  # noqa: S301 - our own bytes
+    fields = ("key", "tool", "attempted_at", "args_hash", "reason", "attempt_id", "note")
+    assert [getattr(doubt_back, name) for name in fields] == [
+        getattr(doubt, name) for name in fields
+    ]
+    assert (str(conflict_back), conflict_back.key) == (str(conflict), "k")
+
+
+def test_step_key_outside_dbos_refuses() -> None:
+    """step_key names the tool and says to pass key= when no step runs."""
+    with pytest.raises(NoRunKeyError, match="refund was called outside a DBOS step"):
+        step_key(ToolCall("refund", {}, "0" * 64))
+
+
+def test_import_safeact_does_not_import_dbos() -> None:
+    """`import safeact` loads no DBOS."""
+    code = "import sys, safeact; print(sorted(m for m in sys.modules if m.startswith('dbos')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
+
+
+def child(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
+    files = [tmp_path / name for name in ("system.db", "ledger.db", "effects")]
+    command = [sys.executable, str(CHILD), *map(str, files), mode]
+    return subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
+
+
+def printed(result: subprocess.CompletedProcess[str]) -> Any:
+    assert result.returncode == 0, result.stderr
+    return json.loads(result.stdout.splitlines()[-1])
+
+
+def test_sigkill_in_the_step_then_recovery_is_in_doubt(tmp_path: Path) -> None:
+    """Killed right after its side effect, the step re-run by recovery is in doubt: one refund."""
+    killed = child(tmp_path, "run")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    first = printed(child(tmp_path, "recover"))
+    assert first == {"key": "dbos:wf-1:1:refund", "reason": "crashed"}
+    assert count_effects(tmp_path / "effects", "refund") == 1
+
+
+def test_resolved_as_happened_recovery_replays(tmp_path: Path) -> None:
+    """Once the key is resolved as happened, the recovered workflow settles by replay."""
+    assert child(tmp_path, "run").returncode == -signal.SIGKILL
+    key = printed(child(tmp_path, "recover"))["key"]
+    with get_store(tmp_path / "ledger.db") as ledger:
+        ledger.resolve(key, happened=True, result=RECEIPT)
+    assert printed(child(tmp_path, "settle")) == ["a@example.com", 50]
+    assert count_effects(tmp_path / "effects", "refund") == 1
