@@ -172,7 +172,8 @@ def artifact(arguments: list[str]) -> None:
         (wheel,) = (where / "dist").glob("safeact-*.whl")
         # Every extra by name, so each one's declared requirements are resolved and used.
         installed = venv(
-            where / "venv", f"{wheel}[dbos,dev,langgraph,mcp,postgres,pydantic,temporal]"
+            where / "venv",
+            f"{wheel}[dbos,dev,langgraph,mcp,openai-agents,postgres,pydantic,temporal]",
         )
         for name in ("tests", "typings", "examples", "pyproject.toml"):
             source = ROOT / name

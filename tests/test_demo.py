@@ -86,3 +86,19 @@ def test_mcp_example_opens_one_ticket_per_key() -> None:
         "no key: True open_ticket needs an idempotency key, and this call has none",
         "tickets opened: ['A-17', 'B-3']",
     ]
+
+
+AGENTS = DEMO.with_name("openai_agents_refund.py")
+
+
+def test_openai_agents_example_refunds_once_across_two_runs() -> None:
+    """The same run started twice, with a new tool call id, refunds once."""
+    result = subprocess.run(
+        [sys.executable, str(AGENTS)], capture_output=True, text=True, check=True, timeout=120
+    )
+    assert result.stdout.splitlines() == [
+        "run with tool call call-1: done",
+        "run with tool call call-2: done",
+        "bank: 1 refund(s)",
+    ]
+    assert result.stderr == ""

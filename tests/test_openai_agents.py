@@ -1,0 +1,191 @@
+"""safeact.openai_agents: guarded function tools in real Agents SDK runs, offline.
+
+The model is the SDK's own ``agents.testing.ScriptedModel``: each step is what the model
+says (tool calls, then a final message); no network.
+"""
+
+import asyncio
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any, Literal
+
+import pytest
+from agents import Agent, FunctionTool, RunConfig, Runner, RunResult, UserError
+from agents.items import ToolCallOutputItem
+from agents.testing import ScriptedModel, assistant_message, function_call
+
+from safeact import InDoubtError, NoRunKeyError, Store, run_scope, safe, template
+from safeact.openai_agents import InDoubtStopError, function_tool
+from tests.actions import Receipt, count_effects, record_effect
+
+ARGS = {"to": "a@example.com", "amount": 50}
+RESULT_JSON = json.dumps(ARGS)
+
+Mode = Literal["ok", "interrupt-after", "fail"]
+
+
+def refunds(store: Store, effects: Path, modes: list[Mode] | None = None) -> Any:
+    """A guarded refund; each run pops how it behaves from ``modes`` (default: it succeeds)."""
+
+    @safe(store, name="refund")
+    def send_refund(key: str, to: str, amount: int) -> Receipt:
+        """Refund ``amount`` to ``to``."""
+        mode = modes.pop(0) if modes else "ok"
+        if mode == "fail":
+            raise RuntimeError("card declined")
+        record_effect(effects, "refund")
+        if mode == "interrupt-after":
+            raise KeyboardInterrupt
+        return Receipt(to, amount)
+
+    return send_refund
+
+
+def script(*call_ids: str, args: dict[str, object] = ARGS) -> ScriptedModel:
+    """The model asks for one refund per call id, one per turn, then says it is done."""
+    steps: list[Any] = [[function_call("send_refund", args, call_id=c)] for c in call_ids]
+    return ScriptedModel([*steps, [assistant_message("done")]])
+
+
+def run(tool: FunctionTool, model: ScriptedModel) -> RunResult:
+    agent = Agent(name="clerk", instructions="Refund.", model=model, tools=[tool])
+    config = RunConfig(tracing_disabled=True)
+    return asyncio.run(Runner.run(agent, "refund a@example.com 50", run_config=config))
+
+
+def outputs(result: RunResult) -> list[object]:
+    return [item.output for item in result.new_items if isinstance(item, ToolCallOutputItem)]
+
+
+def test_the_model_is_not_asked_for_the_key(store: Store, tmp_path: Path) -> None:
+    """The schema has the function's parameters, name and docstring, not the key."""
+    tool = function_tool(refunds(store, tmp_path / "effects"))
+    assert (tool.name, tool.description) == ("send_refund", "Refund ``amount`` to ``to``.")
+    assert sorted(tool.params_json_schema["properties"]) == ["amount", "to"]
+    assert sorted(tool.params_json_schema["required"]) == ["amount", "to"]
+
+
+def test_a_run_again_with_its_run_id_replays(store: Store, tmp_path: Path) -> None:
+    """The same run id replays the refund, whatever tool_call_id the model gives it now."""
+    effects = tmp_path / "effects"
+    tool = function_tool(refunds(store, effects))
+    with run_scope("run-1"):
+        first = run(tool, script("call-1"))
+    with run_scope("run-1"):
+        again = run(tool, script("call-other"))
+    assert outputs(first) == outputs(again) == [RESULT_JSON]
+    assert count_effects(effects, "refund") == 1
+    with run_scope("run-2"):  # another run is another refund
+        run(tool, script("call-1"))
+    assert count_effects(effects, "refund") == 2
+
+
+def test_identical_calls_in_one_run_are_two_actions(store: Store, tmp_path: Path) -> None:
+    """in_run counts identical calls: the model asking twice in one run acts twice."""
+    effects = tmp_path / "effects"
+    tool = function_tool(refunds(store, effects))
+    with run_scope("run-1"):
+        run(tool, script("call-1", "call-2"))
+    assert count_effects(effects, "refund") == 2
+    with run_scope("run-1"):
+        run(tool, script("call-3", "call-4"))
+    assert count_effects(effects, "refund") == 2
+
+
+def test_a_template_key_needs_no_run_scope(store: Store, tmp_path: Path) -> None:
+    """A business key makes calls of any run, with any call id, one action."""
+    effects = tmp_path / "effects"
+    tool = function_tool(refunds(store, effects), key=template("refund:{to}"))
+    result = run(tool, script("call-1", "call-2"))
+    assert outputs(result) == [RESULT_JSON, RESULT_JSON]
+    assert count_effects(effects, "refund") == 1
+    assert store.get("refund:a@example.com") is not None
+
+
+def test_no_run_scope_ends_the_run(store: Store, tmp_path: Path) -> None:
+    """The default key needs run_scope: without one the run stops, nothing is refunded."""
+    effects = tmp_path / "effects"
+    tool = function_tool(refunds(store, effects))
+    with pytest.raises(UserError, match="run_scope") as raised:  # how the SDK ends a run
+        run(tool, script("call-1"))
+    assert isinstance(raised.value.__cause__, NoRunKeyError)
+    assert count_effects(effects, "refund") == 0
+
+
+def in_doubt(store: Store, effects: Path, on_doubt: Literal["error", "stop"]) -> FunctionTool:
+    """A refund cut off after its side effect (by calling the guarded tool directly)."""
+    guarded = refunds(store, effects, ["interrupt-after"])
+    with pytest.raises(KeyboardInterrupt):
+        guarded("refund:a@example.com", **ARGS)
+    assert count_effects(effects, "refund") == 1
+    return function_tool(guarded, key=template("refund:{to}"), on_doubt=on_doubt)
+
+
+def test_in_doubt_is_a_tool_error_the_model_must_not_retry(store: Store, tmp_path: Path) -> None:
+    effects = tmp_path / "effects"
+    result = run(in_doubt(store, effects, "error"), script("call-1"))
+    [message] = outputs(result)
+    assert isinstance(message, str)
+    assert "Do not call send_refund again" in message
+    receipt = json.loads(message.split("Receipt: ", 1)[1])
+    assert (receipt["key"], receipt["tool"]) == ("refund:a@example.com", "refund")
+    assert receipt["attempt_id"]
+    assert count_effects(effects, "refund") == 1
+
+
+def test_in_doubt_stops_the_run_with_the_receipt(store: Store, tmp_path: Path) -> None:
+    effects = tmp_path / "effects"
+    tool = in_doubt(store, effects, "stop")
+    model = script("call-1")
+    with pytest.raises(InDoubtStopError) as raised:
+        run(tool, model)
+    receipt = raised.value.receipt
+    assert (receipt["key"], receipt["tool"]) == ("refund:a@example.com", "refund")
+    assert receipt["attempt_id"]
+    assert isinstance(raised.value.doubt, InDoubtError)
+    assert raised.value.__cause__ is raised.value.doubt
+    assert model.remaining_steps == 1  # the model was not asked again
+    assert count_effects(effects, "refund") == 1
+
+
+def test_a_failed_call_is_a_tool_error(store: Store, tmp_path: Path) -> None:
+    effects = tmp_path / "effects"
+    tool = function_tool(refunds(store, effects, ["fail"]))
+    with run_scope("run-1"):
+        first = run(tool, script("call-1"))
+    with run_scope("run-1"):  # the failure replays: the action is not tried again
+        again = run(tool, script("call-2"))
+    [message] = outputs(first)
+    assert isinstance(message, str)
+    assert "card declined" in message
+    assert outputs(again) == [message]
+    assert count_effects(effects, "refund") == 0
+
+
+def test_an_async_tool_runs_once_per_run_id(store: Store, tmp_path: Path) -> None:
+    effects = tmp_path / "effects"
+
+    @safe(store, name="refund")
+    async def send_refund(key: str, to: str, amount: int) -> str:
+        """Refund ``amount`` to ``to``."""
+        record_effect(effects, "refund")
+        return f"refunded {amount} to {to}"
+
+    tool = function_tool(send_refund)
+    for call_id in ("call-1", "call-2"):
+        with run_scope("run-1"):
+            result = run(tool, script(call_id))
+        assert outputs(result) == ["refunded 50 to a@example.com"]
+    assert count_effects(effects, "refund") == 1
+
+
+def test_bad_arguments() -> None:
+    with pytest.raises(ValueError, match="on_doubt"):
+        function_tool(None, on_doubt="interrupt")  # type: ignore[arg-type]
+
+
+def test_import_safeact_does_not_import_the_sdk() -> None:
+    code = "import sys, safeact; sys.exit('agents' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
