@@ -10,6 +10,7 @@ import contextlib
 import contextvars
 import functools
 import inspect
+import json
 import string
 import typing
 from collections import Counter
@@ -18,9 +19,10 @@ from typing import Any, ParamSpec, TypeAlias, TypeVar, overload
 
 import attrs
 
+from safeact._codec import encode
 from safeact._keys import check_key
 from safeact._tool import AsyncSafeTool, SafeTool
-from safeact.exceptions import SafeError
+from safeact.exceptions import InDoubtError, SafeError
 
 __all__ = [
     "KeyPolicy",
@@ -29,7 +31,10 @@ __all__ = [
     "ToolCall",
     "in_run",
     "keyed",
+    "model_text",
+    "receipt_of",
     "run_scope",
+    "split_arguments",
     "template",
 ]
 
@@ -233,3 +238,48 @@ def _dressed(
         return_annotation=hints.get("return", signature.return_annotation),
     )
     return function
+
+
+def receipt_of(doubt: InDoubtError) -> dict[str, str | None]:
+    """The receipt of an in-doubt call as JSON, as adapters hand it to a person or a model."""
+    return {
+        "key": doubt.key,
+        "tool": doubt.tool,
+        "attempted_at": doubt.attempted_at.isoformat(),
+        "args_hash": doubt.args_hash,
+        "attempt_id": doubt.attempt_id,
+        "reason": doubt.reason.value,
+        "note": doubt.note,
+    }
+
+
+def model_text(value: object, return_type: object) -> str:
+    """A result as a model reads it: a ``str`` as it is, else the JSON safeact stores.
+
+    Raises:
+        ResultNotStorableError: the value does not fit ``return_type``.
+
+    """
+    if isinstance(value, str):
+        return value
+    return json.dumps(encode(value, return_type), allow_nan=False)
+
+
+def split_arguments(
+    signature: inspect.Signature, arguments: Mapping[str, object]
+) -> tuple[list[object], dict[str, object]]:
+    """Bind arguments given by name, as frameworks pass them, to ``signature``.
+
+    Positional-only parameters get theirs by position, the rest by name; those not given
+    are left to their defaults.
+    """
+    args: list[object] = []
+    kwargs: dict[str, object] = {}
+    for parameter in signature.parameters.values():
+        if parameter.name not in arguments:
+            continue
+        if parameter.kind is parameter.POSITIONAL_ONLY:
+            args.append(arguments[parameter.name])
+        else:
+            kwargs[parameter.name] = arguments[parameter.name]
+    return args, kwargs

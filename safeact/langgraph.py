@@ -36,7 +36,6 @@ import inspect
 import json
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from datetime import datetime
 from typing import Any, Literal, TypeAlias, cast
 from urllib.parse import quote
 
@@ -46,8 +45,16 @@ from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.types import interrupt
 
-from safeact._codec import encode
-from safeact._keyed import KeyPolicy, NoRunKeyError, Template, ToolCall, keyed
+from safeact._keyed import (
+    KeyPolicy,
+    NoRunKeyError,
+    Template,
+    ToolCall,
+    keyed,
+    model_text,
+    receipt_of,
+    split_arguments,
+)
 from safeact._protocol import JSON
 from safeact._tool import AsyncSafeTool, SafeTool
 from safeact.exceptions import FailedCallError, InDoubtError, NotProvenError, SafeError
@@ -309,12 +316,12 @@ class _Guard:
 
     def run(self, **arguments: object) -> str:
         """Call the tool; pause or report a doubt (LangChain's ``func``)."""
-        args, kwargs = self._split(arguments)
+        args, kwargs = split_arguments(self.signature, arguments)
         pauses = 0
         while True:
             self._check_durability()
             try:
-                return self._content(self.plain(*args, **kwargs))
+                return model_text(self.plain(*args, **kwargs), self.tool.return_type)
             except FailedCallError as exc:
                 raise ToolException(str(exc)) from exc
             except InDoubtError as exc:
@@ -323,13 +330,13 @@ class _Guard:
 
     async def run_async(self, **arguments: object) -> str:
         """Call the async tool; pause or report a doubt (LangChain's ``coroutine``)."""
-        args, kwargs = self._split(arguments)
+        args, kwargs = split_arguments(self.signature, arguments)
         pauses = 0
         while True:
             self._check_durability()
             try:
                 value = await cast("Awaitable[object]", self.plain(*args, **kwargs))
-                return self._content(value)
+                return model_text(value, self.tool.return_type)
             except FailedCallError as exc:
                 raise ToolException(str(exc)) from exc
             except InDoubtError as exc:
@@ -345,7 +352,7 @@ class _Guard:
         ``GraphInterrupt``) until a person resumes it with a verdict. On a resumed run, the
         verdicts given so far come back, in order, from ``interrupt()``.
         """
-        receipt = self._receipt(doubt)
+        receipt = receipt_of(doubt)
         if self.on_doubt == "message":
             raise ToolException(
                 f"{doubt} Do not call {self.name} again for this: a "
@@ -407,36 +414,6 @@ class _Guard:
         thread = configurable.get("thread_id")
         namespace = configurable.get("checkpoint_ns")
         return f"thread {thread}, task {namespace}, pause {index}"
-
-    def _receipt(self, doubt: InDoubtError) -> dict[str, str | None]:
-        attempted_at: datetime = doubt.attempted_at
-        return {
-            "key": doubt.key,
-            "tool": doubt.tool,
-            "attempted_at": attempted_at.isoformat(),
-            "args_hash": doubt.args_hash,
-            "attempt_id": doubt.attempt_id,
-            "reason": doubt.reason.value,
-            "note": doubt.note,
-        }
-
-    def _content(self, value: object) -> str:
-        if isinstance(value, str):
-            return value
-        return json.dumps(encode(value, self.tool.return_type), allow_nan=False)
-
-    def _split(self, arguments: Mapping[str, object]) -> tuple[list[object], dict[str, object]]:
-        """Positional-only parameters get their arguments by position; the rest by name."""
-        args: list[object] = []
-        kwargs: dict[str, object] = {}
-        for parameter in self.signature.parameters.values():
-            if parameter.name not in arguments:
-                continue
-            if parameter.kind is parameter.POSITIONAL_ONLY:
-                args.append(arguments[parameter.name])
-            else:
-                kwargs[parameter.name] = arguments[parameter.name]
-        return args, kwargs
 
     def _check_durability(self) -> None:
         """Warn once when the run has a checkpointer but does not save each step before the next."""

@@ -41,7 +41,7 @@ import attrs
 from mcp.types import CallToolResult, ToolAnnotations
 
 from safeact._codec import ResultNotStorableError, encode
-from safeact._keyed import KeyPolicy, NoRunKeyError, ToolCall, in_run, keyed
+from safeact._keyed import KeyPolicy, NoRunKeyError, ToolCall, in_run, keyed, split_arguments
 from safeact._keys import check_key
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
 from safeact._protocol import DoubtReason
@@ -242,7 +242,7 @@ class _Guard:
         """Key the call, run it at most once, say what happened."""
         context = arguments.pop(_CONTEXT)
         sent = arguments.pop(self.key_argument) if self.key_argument else _sent_key(context)
-        args, kwargs = self._split(arguments)
+        args, kwargs = split_arguments(self.signature, arguments)
         key = self._key(sent, args, kwargs)
         if key is None:
             return _error(self._no_key(sent))
@@ -287,19 +287,6 @@ class _Guard:
             f"meta={{{KEY!r}: '<a key that names this action>'}}), and the same key when "
             "retrying, which then gets the first call's result."
         )
-
-    def _split(self, arguments: Mapping[str, object]) -> tuple[list[object], dict[str, object]]:
-        """Positional-only parameters get their arguments by position; the rest by name."""
-        args: list[object] = []
-        kwargs: dict[str, object] = {}
-        for parameter in self.signature.parameters.values():
-            if parameter.name not in arguments:
-                continue
-            if parameter.kind is parameter.POSITIONAL_ONLY:
-                args.append(arguments[parameter.name])
-            else:
-                kwargs[parameter.name] = arguments[parameter.name]
-        return args, kwargs
 
     def _result(self, outcome: Outcome[object]) -> CallToolResult:
         match outcome:

@@ -28,14 +28,12 @@ from __future__ import annotations
 import inspect
 import json
 from collections.abc import Awaitable, Callable
-from datetime import datetime
 from typing import Any, Literal, TypeAlias, cast
 
 import agents
 from agents import FunctionTool, RunContextWrapper
 
-from safeact._codec import encode
-from safeact._keyed import KeyPolicy, in_run, keyed
+from safeact._keyed import KeyPolicy, in_run, keyed, model_text, receipt_of
 from safeact._tool import AsyncSafeTool, SafeTool
 from safeact.exceptions import FailedCallError, InDoubtError, SafeError
 
@@ -167,7 +165,7 @@ class _Guard:
     def run(self, *args: object, **kwargs: object) -> str:
         """Call the sync tool."""
         try:
-            return self._content(self.plain(*args, **kwargs))
+            return model_text(self.plain(*args, **kwargs), self.tool.return_type)
         except FailedCallError as exc:
             return self._failed(exc)
         except InDoubtError as exc:
@@ -177,7 +175,7 @@ class _Guard:
         """Call the async tool."""
         try:
             value = await cast("Awaitable[object]", self.plain(*args, **kwargs))
-            return self._content(value)
+            return model_text(value, self.tool.return_type)
         except FailedCallError as exc:
             return self._failed(exc)
         except InDoubtError as exc:
@@ -188,27 +186,10 @@ class _Guard:
 
     def _doubt(self, doubt: InDoubtError) -> str:
         """The model's tool error (``"error"``), or re-raise ``doubt`` to end the run."""
-        receipt = self._receipt(doubt)
+        receipt = receipt_of(doubt)
         if self.on_doubt == "stop":
             raise InDoubtStopError(doubt, receipt) from doubt
         return (
             f"Error: {doubt} Do not call {self.name} again for this: a person must check "
             f"and resolve it. Receipt: {json.dumps(receipt)}"
         )
-
-    def _receipt(self, doubt: InDoubtError) -> dict[str, str | None]:
-        attempted_at: datetime = doubt.attempted_at
-        return {
-            "key": doubt.key,
-            "tool": doubt.tool,
-            "attempted_at": attempted_at.isoformat(),
-            "args_hash": doubt.args_hash,
-            "attempt_id": doubt.attempt_id,
-            "reason": doubt.reason.value,
-            "note": doubt.note,
-        }
-
-    def _content(self, value: object) -> str:
-        if isinstance(value, str):
-            return value
-        return json.dumps(encode(value, self.tool.return_type), allow_nan=False)
