@@ -21,6 +21,7 @@ import attrs
 
 from safeact._codec import encode
 from safeact._keys import check_key
+from safeact._outcome import InDoubt
 from safeact._tool import AsyncSafeTool, SafeTool
 from safeact.exceptions import InDoubtError, SafeError
 
@@ -240,7 +241,7 @@ def _dressed(
     return function
 
 
-def receipt_of(doubt: InDoubtError) -> dict[str, str | None]:
+def receipt_of(doubt: InDoubt | InDoubtError) -> dict[str, str | None]:
     """The receipt of an in-doubt call as JSON, as adapters hand it to a person or a model."""
     return {
         "key": doubt.key,

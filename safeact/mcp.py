@@ -41,7 +41,15 @@ import attrs
 from mcp.types import CallToolResult, ToolAnnotations
 
 from safeact._codec import ResultNotStorableError, encode
-from safeact._keyed import KeyPolicy, NoRunKeyError, ToolCall, in_run, keyed, split_arguments
+from safeact._keyed import (
+    KeyPolicy,
+    NoRunKeyError,
+    ToolCall,
+    in_run,
+    keyed,
+    receipt_of,
+    split_arguments,
+)
 from safeact._keys import check_key
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
 from safeact._protocol import DoubtReason
@@ -320,16 +328,7 @@ class _Guard:
         return _result(text, structured, {REPLAYED: replayed})
 
     def _doubt(self, doubt: InDoubt) -> CallToolResult:
-        receipt = {
-            "state": "in_doubt",
-            "key": doubt.key,
-            "tool": doubt.tool,
-            "attempted_at": doubt.attempted_at.isoformat(),
-            "args_hash": doubt.args_hash,
-            "attempt_id": doubt.attempt_id,
-            "reason": doubt.reason.value,
-            "note": doubt.note,
-        }
+        receipt = {"state": "in_doubt", **receipt_of(doubt)}
         if doubt.reason is DoubtReason.IN_FLIGHT:
             text = (
                 f"{self.name} is still running under the key {doubt.key!r}, started by an "
