@@ -30,6 +30,7 @@ __all__ = [
     "NoRunKeyError",
     "Template",
     "ToolCall",
+    "doubt_text",
     "in_run",
     "keyed",
     "model_text",
@@ -252,6 +253,14 @@ def receipt_of(doubt: InDoubt | InDoubtError) -> dict[str, str | None]:
         "reason": doubt.reason.value,
         "note": doubt.note,
     }
+
+
+def doubt_text(doubt: InDoubtError, name: str) -> str:
+    """What a model is told of an in-doubt call of the tool it knows as ``name``."""
+    return (
+        f"{doubt}. Do not call {name} again for this: a person must check and resolve it. "
+        f"Receipt: {json.dumps(receipt_of(doubt))}"
+    )
 
 
 def model_text(value: object, return_type: object) -> str:

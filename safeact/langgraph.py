@@ -33,7 +33,6 @@ or tool.
 from __future__ import annotations
 
 import inspect
-import json
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias, cast
@@ -50,6 +49,7 @@ from safeact._keyed import (
     NoRunKeyError,
     Template,
     ToolCall,
+    doubt_text,
     keyed,
     model_text,
     receipt_of,
@@ -354,10 +354,7 @@ class _Guard:
         """
         receipt = receipt_of(doubt)
         if self.on_doubt == "message":
-            raise ToolException(
-                f"{doubt} Do not call {self.name} again for this: a "
-                f"person must check and resolve it. Receipt: {json.dumps(receipt)}"
-            )
+            raise ToolException(doubt_text(doubt, self.name))
         while True:
             index, pauses = pauses, pauses + 1
             answer = interrupt(receipt)  # a stored verdict, or pauses the graph here

@@ -26,14 +26,13 @@ Known limits of the run key:
 from __future__ import annotations
 
 import inspect
-import json
 from collections.abc import Awaitable, Callable
 from typing import Any, Literal, TypeAlias, cast
 
 import agents
 from agents import FunctionTool, RunContextWrapper
 
-from safeact._keyed import KeyPolicy, in_run, keyed, model_text, receipt_of
+from safeact._keyed import KeyPolicy, doubt_text, in_run, keyed, model_text, receipt_of
 from safeact._tool import AsyncSafeTool, SafeTool
 from safeact.exceptions import FailedCallError, InDoubtError, SafeError
 
@@ -186,10 +185,6 @@ class _Guard:
 
     def _doubt(self, doubt: InDoubtError) -> str:
         """The model's tool error (``"error"``), or re-raise ``doubt`` to end the run."""
-        receipt = receipt_of(doubt)
         if self.on_doubt == "stop":
-            raise InDoubtStopError(doubt, receipt) from doubt
-        return (
-            f"Error: {doubt} Do not call {self.name} again for this: a person must check "
-            f"and resolve it. Receipt: {json.dumps(receipt)}"
-        )
+            raise InDoubtStopError(doubt, receipt_of(doubt)) from doubt
+        return f"Error: {doubt_text(doubt, self.name)}"

@@ -1,0 +1,221 @@
+"""Guarded tools for pydantic-ai: ``SafeTools`` gives an agent ``@safe`` tools.
+
+``Agent(model, capabilities=[SafeTools(send_refund)])``: the agent gets the tool, and its
+action runs at most once per key. The key comes from a key policy, by default
+``run_position``: in a durable run (the agent has a durability capability, such as
+``DBOSDurability``, and runs inside its workflow) the run's ``run_id`` and the call's
+``tool_call_id``, both replayed by the engine when it runs the workflow again; outside one,
+the run key the application sets around the run with ``safeact.run_scope(run_id)``, as
+``safeact.in_run`` makes it.
+
+Importing this module imports pydantic-ai (about a second); ``import safeact`` does not.
+Install it with the ``safeact[pydantic-ai]`` extra.
+
+Known limits of ``run_position``, measured with pydantic-ai 2.68:
+
+* Durable runs are recognised by a durability capability of the run that says it is in its
+  durable context. Under ``TemporalDurability`` tools run in activities, outside the
+  workflow, so the call is not seen as durable: run it in ``safeact.run_scope`` or key it
+  with ``safeact.template`` (not tested here: a Temporal worker needs a server).
+* Outside a durable run, the run key, the tool, a digest of the arguments and how many
+  identical calls came before in the scope make the key: a run started again must make the
+  same calls in the same order to get the same keys, and a real model asked again may not.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import inspect
+from collections.abc import Awaitable, Callable, Iterator
+from typing import Any, Literal, TypeAlias, cast
+
+from pydantic_ai import RunContext
+from pydantic_ai.capabilities import AbstractCapability
+from pydantic_ai.durable_exec import BaseDurabilityCapability
+from pydantic_ai.toolsets import FunctionToolset
+
+from safeact._codec import encode
+from safeact._keyed import KeyPolicy, NoRunKeyError, ToolCall, doubt_text, in_run, keyed
+from safeact._tool import AsyncSafeTool, SafeTool
+from safeact.exceptions import FailedCallError, InDoubtError
+
+__all__ = ["OnDoubt", "SafeTools", "run_position"]
+
+OnDoubt: TypeAlias = Literal["error", "stop"]
+"""What an ``InDoubt`` call does: tell the model (a tool error), or stop the run."""
+
+_Guarded: TypeAlias = SafeTool[Any, Any] | AsyncSafeTool[Any, Any]
+
+_context: contextvars.ContextVar[RunContext[Any]] = contextvars.ContextVar("safeact_pydantic_ai")
+"""The run context of the guarded call being made, for the key policy to read."""
+
+
+def run_position(call: ToolCall) -> str:
+    """The key of ``call`` from the pydantic-ai run making it (``SafeTools``' default policy).
+
+    In a durable run: ``pydantic-ai:{run_id}:{tool}:{tool_call_id}``. The engine derives
+    ``run_id`` from the workflow and replays the model's response, and so the call's
+    ``tool_call_id``, when it runs the workflow again after a crash. Otherwise, inside
+    ``safeact.run_scope(run_key)``: ``{run_key}:{tool}:{digest[:16]}:{n}`` (``safeact.in_run``).
+    A non-durable run's own ``run_id`` is never used: unless the application passes it, it
+    is new on every run.
+
+    Raises:
+        NoRunKeyError: the call is neither in a durable run nor in a ``run_scope``.
+
+    """
+    ctx = _context.get(None)
+    if ctx is not None and _durable(ctx):
+        if ctx.run_id is None or ctx.tool_call_id is None:
+            raise NoRunKeyError(
+                f"{call.tool} runs in a durable run that gives no run_id or tool_call_id to "
+                "key it by: give SafeTools(..., key=...) a key policy"
+            )
+        return f"pydantic-ai:{ctx.run_id}:{call.tool}:{ctx.tool_call_id}"
+    try:
+        return in_run(call)
+    except NoRunKeyError:
+        raise NoRunKeyError(
+            f"{call.tool} was called without a key: run the agent inside a durable workflow "
+            "(a durability capability such as DBOSDurability), or inside `with "
+            "safeact.run_scope(run_id):`, or give SafeTools(..., key=...) a key policy "
+            "(e.g. safeact.template('refund:{order_id}'))"
+        ) from None
+
+
+def _durable(ctx: RunContext[Any]) -> bool:
+    """Whether a durability capability of the run says the call is inside its workflow."""
+    return any(
+        isinstance(capability, BaseDurabilityCapability) and capability.in_durable_context
+        for capability in ctx.capabilities.values()
+    )
+
+
+class SafeTools(AbstractCapability[Any]):
+    """A capability that gives an agent guarded tools: each action runs at most once per key.
+
+    The model sees each function's parameters without the key, its name and its docstring.
+    ``key`` makes each call's key: by default ``run_position``;
+    ``safeact.template("refund:{order_id}")`` keys by business identity. Sync and async
+    tools both work.
+
+    What the model gets: the value (ran now or replayed) as JSON, as safeact stores it. A
+    call whose action raised (now, or on an earlier run) gives a tool error saying so; the
+    action is not run again under that key.
+
+    A call found in doubt (its action may or may not have run: a crash, an interruption)
+    does as ``on_doubt`` says:
+
+    * ``"error"``: the model gets a tool error with the receipt (``key``, ``tool``,
+      ``attempted_at``, ``args_hash``, ``attempt_id``, ``reason``, ``note``), telling it not
+      to call again; a person resolves the key (``safeact resolve``).
+    * ``"stop"``: the run ends: ``agent.run`` raises the ``InDoubtError``, which carries the
+      receipt. Resolve the key, then run again (a durable workflow: start it again under
+      its id).
+
+    Raises:
+        TypeError: a tool is not a guarded tool.
+        ValueError: no tool is given, two have one name, ``on_doubt`` is not one of the
+            choices, a function has no docstring, or ``key`` is a template naming an
+            argument a tool does not take.
+
+    """
+
+    def __init__(
+        self, *tools: _Guarded, key: KeyPolicy = run_position, on_doubt: OnDoubt = "error"
+    ) -> None:
+        """Describe ``tools`` to pydantic-ai, each keyed by ``key``."""
+        if on_doubt not in ("error", "stop"):
+            raise ValueError(f"on_doubt must be 'error' or 'stop', got {on_doubt!r}")
+        if not tools:
+            raise ValueError("SafeTools() needs at least one tool made with @safe(ledger)")
+        self._toolset: FunctionToolset[Any] = FunctionToolset()
+        for tool in tools:
+            body = _body(tool, key, on_doubt)
+            if body.__name__ in self._toolset.tools:
+                raise ValueError(
+                    f"two tools are named {body.__name__}: the model could not tell them "
+                    "apart; rename one of the functions"
+                )
+            self._toolset.add_function(body, takes_ctx=True, name=body.__name__)
+
+    @classmethod
+    def get_serialization_name(cls) -> str | None:
+        """None: built from functions, so not from a spec."""
+        return None
+
+    def get_toolset(self) -> FunctionToolset[Any]:
+        """The guarded tools, as pydantic-ai function tools."""
+        return self._toolset
+
+
+def _body(tool: _Guarded, key: KeyPolicy, on_doubt: OnDoubt) -> Callable[..., object]:
+    """The function pydantic-ai calls for ``tool``: the run context, then the arguments."""
+    plain: Callable[..., object] = keyed(tool, key)
+    if not inspect.getdoc(plain):
+        raise ValueError(
+            f"{tool.name} has no docstring, and the model needs to be told what the tool "
+            "does: write one"
+        )
+    body: Callable[..., object]
+    if isinstance(tool, AsyncSafeTool):
+
+        async def run_async(ctx: RunContext[Any], /, *args: object, **kwargs: object) -> object:
+            with _running(ctx):
+                call = cast("Awaitable[object]", plain(*args, **kwargs))
+                try:
+                    return encode(await call, tool.return_type)
+                except FailedCallError as exc:
+                    return f"Error: {exc}"
+                except InDoubtError as exc:
+                    return _doubt(exc, on_doubt, plain.__name__)
+
+        body = run_async
+    else:
+
+        def run(ctx: RunContext[Any], /, *args: object, **kwargs: object) -> object:
+            with _running(ctx):
+                try:
+                    return encode(plain(*args, **kwargs), tool.return_type)
+                except FailedCallError as exc:
+                    return f"Error: {exc}"
+                except InDoubtError as exc:
+                    return _doubt(exc, on_doubt, plain.__name__)
+
+        body = run
+    _dress(body, plain)
+    return body
+
+
+@contextlib.contextmanager
+def _running(ctx: RunContext[Any]) -> Iterator[None]:
+    """Make ``ctx`` the run context the key policy reads, for the call inside."""
+    token = _context.set(ctx)
+    try:
+        yield
+    finally:
+        _context.reset(token)
+
+
+def _doubt(doubt: InDoubtError, on_doubt: OnDoubt, name: str) -> str:
+    """The model's tool error (``"error"``), or re-raise ``doubt`` to end the run."""
+    if on_doubt == "stop":
+        raise doubt
+    return f"Error: {doubt_text(doubt, name)}"
+
+
+def _dress(body: Callable[..., object], plain: Callable[..., object]) -> None:
+    """Show pydantic-ai ``plain``'s name, docstring and signature, after the run context."""
+    for attribute in ("__module__", "__name__", "__qualname__", "__doc__"):
+        setattr(body, attribute, getattr(plain, attribute))
+    signature = inspect.signature(plain)
+    ctx = inspect.Parameter("ctx", inspect.Parameter.POSITIONAL_ONLY, annotation=RunContext[Any])
+    # The body returns the result as safeact stores it (JSON), not as the tool annotates it:
+    # pydantic-ai cannot describe or serialise every type safeact can (attrs classes).
+    arguments = {name: hint for name, hint in plain.__annotations__.items() if name != "return"}
+    body.__annotations__ = {"ctx": RunContext[Any], **arguments}
+    body.__signature__ = signature.replace(  # type: ignore[attr-defined] # inspect reads it
+        parameters=[ctx, *signature.parameters.values()],
+        return_annotation=inspect.Signature.empty,
+    )
