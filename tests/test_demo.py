@@ -102,3 +102,35 @@ def test_openai_agents_example_refunds_once_across_two_runs() -> None:
         "bank: 1 refund(s)",
     ]
     assert result.stderr == ""
+
+
+DBOS_REFUND = DEMO.with_name("dbos_refund.py")
+
+
+def test_dbos_example_recovers_in_doubt_and_pays_once(tmp_path: Path) -> None:
+    """The DBOS workflow killed after paying is recovered in doubt, resolved, and pays once."""
+    result = subprocess.run(
+        [sys.executable, str(DBOS_REFUND), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=180,
+    )
+    key = "dbos:order-8842:1:bank.send_refund"
+    assert result.stdout.splitlines() == [
+        f"  bank: paying $50 to ada@example.com (key {key})",
+        "orchestrator: start exited with -9 (killed by SIGKILL)",
+        "  workflow: the refund is in doubt (crashed); waiting",
+        f"  person: the bank has 1 payment(s) under {key}: it happened",
+        "  workflow: done, refunded $50 to ada@example.com",
+        "orchestrator: recover exited with 0",
+        "bank: 1 payment(s)",
+    ]
+    assert result.stderr == ""
+    assert len((tmp_path / "bank.jsonl").read_text().splitlines()) == 1
+    with get_store(tmp_path / "agent.db") as store:
+        assert [event.why for event in store.history(key)] == [
+            Why.CLAIMED,
+            Why.CRASHED,
+            Why.RESOLVED,
+        ]

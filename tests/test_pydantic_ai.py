@@ -352,3 +352,18 @@ def test_a_guarded_tool_is_typed(store: Store, tmp_path: Path) -> None:
 def test_import_safeact_does_not_import_pydantic_ai() -> None:
     code = "import sys, safeact; sys.exit('pydantic_ai' in sys.modules)"
     assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+
+
+EXAMPLE = Path(__file__).parent.parent / "examples" / "pydantic_ai_refund.py"
+
+
+def test_the_example_refunds_once_across_two_runs() -> None:
+    """The same run started twice (new tool call ids) replays the refund: the bank pays once."""
+    result = subprocess.run(
+        [sys.executable, str(EXAMPLE)], capture_output=True, text=True, check=True, timeout=120
+    )
+    first, again, bank = result.stdout.splitlines()
+    assert first.startswith("first: refunded $50 to ada@example.com (order-42:")
+    assert again == first.replace("first:", "again:", 1)
+    assert bank == "bank: 1 refund(s)"
+    assert result.stderr == ""
