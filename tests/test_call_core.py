@@ -133,9 +133,8 @@ def respond(  # noqa: C901, PLR0911 - a case per request
             return None
         case Act():
             pid = data.draw(st.sampled_from([OWNER.pid, OWNER.pid + 1]))
-            acted: Returned | Raised = data.draw(
-                st.sampled_from([Returned(5, pid), Raised(ValueError("declined"), pid)])
-            )
+            choices: list[Returned | Raised] = [Returned(5, pid), Raised(ValueError("no"), pid)]
+            acted = data.draw(st.sampled_from(choices))
             trace.acted.append(acted)
             return acted
         case Finish():
