@@ -29,9 +29,10 @@ from typing import (
 import attrs
 
 from safeact._keys import check_key
+from safeact._open import get_store
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded, failed_from, in_doubt_from
 from safeact._protocol import UNSETTLED, DoubtReason, Record, SagaRecord, SagaState, State
-from safeact._store import Store, get_store
+from safeact._store import Store
 from safeact._tool import AsyncSafeTool, Compensation, SafeTool, safe
 from safeact.exceptions import KeyConflictError, SafeError
 
