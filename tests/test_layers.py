@@ -19,8 +19,8 @@ def imports(path: Path) -> set[str]:
 
     def visit(node: ast.AST) -> None:
         if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
-            for child in node.orelse:
-                visit(child)
+            for branch in node.orelse:
+                visit(branch)
             return
         if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("safeact"):
             found.add(node.module)
