@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import enum
 import functools
 import json
 import logging
@@ -19,7 +18,7 @@ import os
 import threading
 import weakref
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 import attrs
 
@@ -43,6 +42,19 @@ from safeact._protocol import (
     release_refusal,
 )
 from safeact._reconcile import Probe, reconcile_key
+from safeact._rows import (
+    Reading,
+    each,
+    event_values,
+    member,
+    read_event,
+    read_late,
+    read_record,
+    read_saga,
+    readable,
+    text_of,
+    time_text,
+)
 from safeact._schema import SCHEMA_VERSION, UNSETTLED_SQL
 from safeact.exceptions import CorruptRecordError, NotProvenError, SafeError, StoreError
 
@@ -114,10 +126,6 @@ class Purged:
 def utc_now() -> datetime:
     """Return the current time, timezone-aware UTC."""
     return datetime.now(UTC)
-
-
-def _time(value: datetime | None) -> str | None:
-    return None if value is None else value.astimezone(UTC).isoformat(timespec="microseconds")
 
 
 def _check_tool(key: str, record: Record, tool: str | None) -> None:
@@ -229,7 +237,7 @@ class Store:
 
         """
         rows = self._read(f"SELECT {_COLUMNS} FROM calls WHERE key = ?", (key,))  # noqa: S608 - constant columns
-        return _record(self.location, rows[0]) if rows else None
+        return read_record(self.location, rows[0]) if rows else None
 
     def list_in_doubt(self) -> list[Record]:
         """Return every key that needs a decision, oldest first.
@@ -265,9 +273,7 @@ class Store:
             CorruptRecordError: a key's row cannot be read (``scan_records`` reads the rest).
 
         """
-        return _readable(
-            self.scan_records(state=state, tool=tool, since=since, unsettled=unsettled)
-        )
+        return readable(self.scan_records(state=state, tool=tool, since=since, unsettled=unsettled))
 
     def scan_records(
         self,
@@ -289,13 +295,13 @@ class Store:
         ]
         if unsettled:
             where.append(f"state IN ({UNSETTLED_SQL})")
-        params = (None if state is None else state.value, tool, _time(since))
+        params = (None if state is None else state.value, tool, time_text(since))
         rows = self._read(
             f"SELECT {_COLUMNS} FROM calls WHERE {' AND '.join(where)} "  # noqa: S608 - constants
             "ORDER BY attempted_at, key",
             params,
         )
-        return _each(rows, functools.partial(_record, self.location))
+        return each(rows, functools.partial(read_record, self.location))
 
     def counts(self) -> dict[tuple[str, State], int]:
         """Return how many keys each tool has in each state.
@@ -310,8 +316,8 @@ class Store:
         )
         counted: dict[tuple[str, State], int] = {}
         for tool, state, count, key in rows:
-            with _Reading(self.location, "calls", key):
-                counted[_text("tool", tool), _member("state", state, State)] = int(count)
+            with Reading(self.location, "calls", key):
+                counted[text_of("tool", tool), member("state", state, State)] = int(count)
         return counted
 
     def history(self, key: str) -> list[Event]:
@@ -324,7 +330,7 @@ class Store:
             CorruptRecordError: an event cannot be read (``scan_history`` reads the rest).
 
         """
-        return _readable(self.scan_history(key))
+        return readable(self.scan_history(key))
 
     def scan_history(self, key: str) -> list[Event | CorruptRecordError]:
         """Return ``key``'s history as ``history`` does, with each corrupt event's error."""
@@ -337,7 +343,7 @@ class Store:
             CorruptRecordError: an event cannot be read.
 
         """
-        return _readable(self._history("saga", saga_id))
+        return readable(self._history("saga", saga_id))
 
     def resolve(  # noqa: PLR0913 - one keyword per part of the decision
         self,
@@ -482,7 +488,7 @@ class Store:
                 "UPDATE calls SET result = ? WHERE key = ? AND attempt_id = ?",
                 (stored, key, current.attempt_id),
             )
-            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", event))
+            db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("key", event))
         return self._now(key)
 
     def decided(self, record: Record) -> bool:
@@ -539,7 +545,7 @@ class Store:
                 owner = current.owner
                 return Refusal(
                     f"its action is running right now (process {owner.pid} on {owner.host}, "
-                    f"lease until {_time(current.lease_until)}); wait for its outcome",
+                    f"lease until {time_text(current.lease_until)}); wait for its outcome",
                     forceable=False,
                 )
             if to is State.RELEASED:
@@ -562,9 +568,9 @@ class Store:
             db.execute(
                 "UPDATE calls SET state = ?, result = ?, finished_at = ?, doubt_reason = NULL, "
                 "error_type = NULL, error_message = NULL WHERE key = ? AND attempt_id = ?",
-                (to.value, result, _time(event.at), record.key, record.attempt_id),
+                (to.value, result, time_text(event.at), record.key, record.attempt_id),
             )
-            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", event))
+            db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("key", event))
             checkpoint("settling")
         return event
 
@@ -586,7 +592,7 @@ class Store:
             if now is None or now[1] != record.attempt_id or State(now[0]) not in UNSETTLED:
                 return None
             event = attrs.evolve(event, from_state=State(now[0]), to_state=State(now[0]))
-            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", event))
+            db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("key", event))
         return event
 
     def reconcile(self, probes: Mapping[str, Probe[object]]) -> list[Event]:
@@ -644,7 +650,7 @@ class Store:
                 "ATTEMPTING and IN_DOUBT keys are never purged: resolve them first "
                 f"(asked for {', '.join(sorted(s.value for s in wanted & UNSETTLED))})"
             )
-        cutoff = _time(older_than)
+        cutoff = time_text(older_than)
         finals = (SagaState.COMPLETED.value, SagaState.COMPENSATED.value)
         with self._errors(), self._transaction(sync=False) as db:
             sagas = [
@@ -684,7 +690,7 @@ class Store:
             event = self._new_event(
                 key, None, Why.PURGED, operator=True, from_state=state, attempt_id=attempt_id
             )
-            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", event))
+            db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("key", event))
             db.execute(
                 "DELETE FROM calls WHERE key = ? AND attempt_id = ? AND state = ?",
                 (key, attempt_id, state.value),
@@ -692,7 +698,7 @@ class Store:
             db.execute("DELETE FROM late_completions WHERE key = ?", (key,))
         for saga_id, saga_state in sagas:
             event = self._new_event(saga_id, None, Why.PURGED, operator=True, from_state=saga_state)
-            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("saga", event))
+            db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("saga", event))
             db.execute("DELETE FROM saga_steps WHERE saga_id = ?", (saga_id,))
             db.execute("DELETE FROM sagas WHERE saga_id = ?", (saga_id,))
 
@@ -711,14 +717,14 @@ class Store:
         attempt = (
             State.ATTEMPTING.value,
             attempt_id,
-            _time(now),
+            time_text(now),
             owner.host,
             owner.boot_id,
             owner.pid,
             owner.started,
             owner.machine_id,
             owner.pid_namespace,
-            _time(lease_until),
+            time_text(lease_until),
         )
         event = Event(
             subject=key,
@@ -751,7 +757,7 @@ class Store:
                 (*attempt, key, State.RELEASED.value, previous.attempt_id),
             ).rowcount:
                 return None
-            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", event))
+            db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("key", event))
         return Record(
             key=key,
             tool=tool,
@@ -814,7 +820,7 @@ class Store:
                 self._check_liveness()
             except Exception:
                 logger.exception("could not check this process's liveness session")
-            until = _time(utc_now() + timedelta(seconds=self.lease))
+            until = time_text(utc_now() + timedelta(seconds=self.lease))
             for key, attempt_id in held:
                 try:
                     self.renew(key, attempt_id, until)
@@ -850,7 +856,7 @@ class Store:
         """
         stored = None if result is None else json.dumps(result)
         event = self._new_event(key, state, why_finished(state, doubt_reason))
-        finished = _time(event.at)
+        finished = time_text(event.at)
         outcome = (state.value, stored, error_type, error_message, finished)
         reason = None if doubt_reason is None else doubt_reason.value
         with self._errors(), self._transaction(sync=False) as db:
@@ -862,7 +868,7 @@ class Store:
                     (*outcome, reason, key, attempt_id),
                 )
                 mine = attrs.evolve(event, from_state=State(now[0]), attempt_id=attempt_id)
-                db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", mine))
+                db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("key", mine))
                 return True
             db.execute(
                 "INSERT INTO late_completions (key, attempt_id, state, result, "
@@ -879,7 +885,7 @@ class Store:
                 from_state=State.ATTEMPTING,
                 attempt_id=attempt_id,
             )
-            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", late))
+            db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("key", late))
         return False
 
     def late_completions(self, key: str | None = None) -> list[Record]:
@@ -894,7 +900,7 @@ class Store:
                 (``scan_late_completions`` reads the rest).
 
         """
-        return _readable(self.scan_late_completions(key))
+        return readable(self.scan_late_completions(key))
 
     def scan_late_completions(self, key: str | None = None) -> list[Record | CorruptRecordError]:
         """Return ``late_completions`` with each corrupt row's error in its place.
@@ -913,7 +919,7 @@ class Store:
             try:
                 current = self.get(row[0])
                 if current is not None:
-                    late.append(_late(self.location, current, row))
+                    late.append(read_late(self.location, current, row))
             except CorruptRecordError as error:
                 late.append(error)
         return late
@@ -942,7 +948,7 @@ class Store:
             if reason is DoubtReason.CRASHED and not self.owner_gone(current.owner):
                 return False
             event = attrs.evolve(event, from_state=current.state, attempt_id=attempt_id)
-            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", event))
+            db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("key", event))
             db.execute(
                 "UPDATE calls SET state = ?, doubt_reason = ?, "
                 "error_type = coalesce(?, error_type), error_message = coalesce(?, error_message) "
@@ -974,7 +980,7 @@ class Store:
             "SELECT key, compensation FROM saga_steps WHERE saga_id = ? ORDER BY step_index",
             (saga_id,),
         )
-        return _saga_record(self.location, rows[0], steps) if rows else None
+        return read_saga(self.location, rows[0], steps) if rows else None
 
     def list_sagas(self, state: SagaState | None = None) -> list[SagaRecord]:
         """Return every saga, or those in ``state``; stuck rollbacks (COMPENSATING) first.
@@ -983,7 +989,7 @@ class Store:
             CorruptRecordError: a saga cannot be read (``scan_sagas`` reads the rest).
 
         """
-        return _readable(self.scan_sagas(state))
+        return readable(self.scan_sagas(state))
 
     def scan_sagas(self, state: SagaState | None = None) -> list[SagaRecord | CorruptRecordError]:
         """Return the sagas as ``list_sagas`` does, with each corrupt saga's error in its place."""
@@ -1006,14 +1012,14 @@ class Store:
     def begin_saga(self, saga_id: str) -> SagaRecord:
         """Record saga ``saga_id`` as RUNNING unless it exists; return its progress."""
         event = self._new_event(saga_id, SagaState.RUNNING, Why.STARTED)
-        now = _time(event.at)
+        now = time_text(event.at)
         with self._errors(), self._transaction(sync=False) as db:
             if db.execute(
                 "INSERT INTO sagas (saga_id, state, started_at, updated_at, schema_version) "
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT (saga_id) DO NOTHING",
                 (saga_id, SagaState.RUNNING.value, now, now, SCHEMA_VERSION),
             ).rowcount:
-                db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("saga", event))
+                db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("saga", event))
         saga = self.get_saga(saga_id)
         if saga is None:
             raise StoreError(f"{self.location}: saga {saga_id!r} vanished while starting")
@@ -1058,12 +1064,12 @@ class Store:
             ).fetchone()
             if now != state.value:
                 event = attrs.evolve(event, from_state=SagaState(now))
-                db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("saga", event))
+                db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("saga", event))
             db.execute(
                 "UPDATE sagas SET state = ?, updated_at = ?, "
                 "aborted_step = coalesce(aborted_step, ?), "
                 "abort_reason = coalesce(abort_reason, ?) WHERE saga_id = ?",
-                (state.value, _time(event.at), aborted_step, abort_reason, saga_id),
+                (state.value, time_text(event.at), aborted_step, abort_reason, saga_id),
             )
 
     def _new_event(  # noqa: PLR0913 - one parameter per field of an event
@@ -1098,7 +1104,7 @@ class Store:
             "attempt_id, note FROM history WHERE kind = ? AND subject = ? ORDER BY seq",
             (kind, subject),
         )
-        return _each(rows, functools.partial(_event, self.location, kind, subject))
+        return each(rows, functools.partial(read_event, self.location, kind, subject))
 
     def _locked_record(self, db: Executor, key: str) -> Record | None:
         """Lock ``key``'s row for this transaction; return it."""
@@ -1106,7 +1112,7 @@ class Store:
             f"SELECT {_COLUMNS} FROM calls WHERE key = ?{self._FOR_UPDATE}",  # noqa: S608 - constants
             (key,),
         ).fetchone()
-        return None if row is None else _record(self.location, row)
+        return None if row is None else read_record(self.location, row)
 
     def _locked_row(self, db: Executor, key: str) -> tuple[str, str] | None:
         """Lock ``key``'s row for this transaction; return its (state, attempt_id)."""
@@ -1175,321 +1181,3 @@ def _stop_heartbeats() -> None:
     """
     for store in list(_BEATING):
         store._stop_heartbeat(wait=1.0)  # noqa: SLF001 - the module's own class
-
-
-# Reading rows. What a stored value means is decided here, once, for every read. A value
-# safeact never writes (the row was changed outside it) raises CorruptRecordError naming
-# the row, the column and the fix: never a raw ValueError from deep inside a decision, and
-# never a half-checked record (a time without its offset would make every later comparison
-# of times raise, far from the row that caused it).
-
-_ROWS = {
-    "calls": (
-        "key",
-        (
-            "safeact runs nothing under this key until the row is mended: check what its "
-            "action did, then restore the row from a backup or correct it by hand (deleting "
-            "it lets the next call run the action again)"
-        ),
-    ),
-    "late_completions": (
-        "late completion of key",
-        "Restore the row from a backup, or correct or delete it by hand",
-    ),
-    "history": (
-        "an event in the history of",
-        "The history is append-only: restore the ledger from a backup to mend it",
-    ),
-    "sagas": ("saga", "Restore the row from a backup or correct it by hand"),
-    "saga_steps": ("a step of saga", "Restore the row from a backup or correct it by hand"),
-}
-"""For each table: how its rows are named for people, and what to do about a corrupt one."""
-
-_SHOWN = 40
-"""Characters of a corrupt value shown in its error: enough to recognise, never a page."""
-
-_LISTED = 8
-"""Enums of at most this many values are listed in full when a stored value is none of them."""
-
-_T = TypeVar("_T")
-_E = TypeVar("_E", bound=enum.Enum)
-
-
-class _Unreadable(Exception):  # noqa: N818 - internal; the row's reader raises the real error
-    """A column holds a value safeact never writes there; ``_Reading`` names the row."""
-
-    def __init__(self, column: str, what: str) -> None:
-        self.column = column
-        super().__init__(f"{column} {what}")
-
-
-@attrs.frozen
-class _Reading:
-    """The reading of one row of ``table``: an ``_Unreadable`` column becomes the row's error."""
-
-    ledger: str
-    table: str
-    subject: object
-
-    def __enter__(self) -> None:
-        """Nothing to set up: the work is in turning the error."""
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Raise ``CorruptRecordError`` for an unreadable column; let anything else through."""
-        if isinstance(exc, _Unreadable):
-            name, fix = _ROWS[self.table]
-            subject = self.subject if isinstance(self.subject, str) else _shown(self.subject)
-            raise CorruptRecordError(
-                f"{self.ledger}: {name} {subject!r}",
-                table=self.table,
-                subject=subject,
-                column=exc.column,
-                problem=str(exc),
-                fix=fix,
-            ) from None
-
-
-def _shown(value: object) -> str:
-    """A stored value as an error shows it: its repr, cut short."""
-    text = repr(value)
-    return text if len(text) <= _SHOWN else f"{text[: _SHOWN - 3]}..."
-
-
-def _text(column: str, value: object) -> str:
-    if isinstance(value, str):
-        return value
-    raise _Unreadable(column, f"is {_shown(value)}, not text")
-
-
-def _optional_text(column: str, value: object) -> str | None:
-    return None if value is None else _text(column, value)
-
-
-def _integer(column: str, value: object) -> int:
-    if isinstance(value, int):
-        return value
-    raise _Unreadable(column, f"is {_shown(value)}, not an integer")
-
-
-def _pid(column: str, value: object) -> int:
-    """A process id: a positive integer (``is_gone`` would signal a process group otherwise)."""
-    if isinstance(value, int) and value > 0:
-        return value
-    raise _Unreadable(column, f"is {_shown(value)}, not a process id (a positive integer)")
-
-
-def _moment(column: str, value: object) -> datetime:
-    """A time as ``_time`` writes it: ISO 8601 with its UTC offset."""
-    text = _text(column, value)
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise _Unreadable(column, f"is {_shown(text)}, not an ISO 8601 time") from None
-    if moment.tzinfo is None:
-        raise _Unreadable(column, f"is {_shown(text)}, a time without its UTC offset")
-    return moment
-
-
-def _optional_moment(column: str, value: object) -> datetime | None:
-    return None if value is None else _moment(column, value)
-
-
-def _member(column: str, value: object, kind: type[_E]) -> _E:
-    """The member of ``kind`` whose value is stored (a newer safeact's would not be known)."""
-    try:
-        return kind(value)
-    except ValueError:
-        members = [str(member.value) for member in kind]
-        known = (
-            ", ".join(members)
-            if len(members) <= _LISTED
-            else f"the {len(members)} values this safeact knows"
-        )
-        raise _Unreadable(column, f"is {_shown(value)}, not one of {known}") from None
-
-
-def _json(column: str, value: object) -> JSON:
-    text = _text(column, value)
-    try:
-        decoded: JSON = json.loads(text)
-    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep to decode
-        raise _Unreadable(column, f"is not valid JSON ({exc})") from None
-    return decoded
-
-
-def _actor(column: str, value: object) -> Literal["process", "operator"]:
-    if value == "process":
-        return "process"
-    if value == "operator":
-        return "operator"
-    raise _Unreadable(column, f"is {_shown(value)}, not 'process' or 'operator'")
-
-
-def _each(
-    rows: Iterable[tuple[object, ...]], read: Callable[[tuple[object, ...]], _T]
-) -> list[_T | CorruptRecordError]:
-    """Read every row with ``read``; a corrupt row becomes its error, in its place."""
-    found: list[_T | CorruptRecordError] = []
-    for row in rows:
-        try:
-            found.append(read(row))
-        except CorruptRecordError as error:
-            found.append(error)
-    return found
-
-
-def _readable(found: Iterable[_T | CorruptRecordError]) -> list[_T]:
-    """The records read, in order.
-
-    Raises:
-        CorruptRecordError: the first corrupt row's error.
-
-    """
-    records: list[_T] = []
-    for item in found:
-        if isinstance(item, CorruptRecordError):
-            raise item
-        records.append(item)
-    return records
-
-
-def _record(ledger: str, row: tuple[object, ...]) -> Record:
-    """Read one row of ``calls`` (the columns of ``_COLUMNS``, in order) as a ``Record``.
-
-    Raises:
-        CorruptRecordError: a column holds what safeact never writes there.
-
-    """
-    key, tool, state, args_hash, attempt_id, attempted_at = row[:6]
-    lease_until, finished_at, result, error_type, error_message, doubt_reason = row[12:]
-    with _Reading(ledger, "calls", key):
-        return Record(
-            key=_text("key", key),
-            tool=_text("tool", tool),
-            state=_member("state", state, State),
-            args_hash=_text("args_hash", args_hash),
-            attempt_id=_text("attempt_id", attempt_id),
-            attempted_at=_moment("attempted_at", attempted_at),
-            owner=_owner(row[6:12]),
-            lease_until=_moment("lease_until", lease_until),
-            finished_at=_optional_moment("finished_at", finished_at),
-            result=None if result is None else _json("result", result),
-            error_type=_optional_text("error_type", error_type),
-            error_message=_optional_text("error_message", error_message),
-            doubt_reason=(
-                None if doubt_reason is None else _member("doubt_reason", doubt_reason, DoubtReason)
-            ),
-        )
-
-
-def _owner(columns: tuple[object, ...]) -> Owner:
-    """Read the owner's columns of a ``calls`` row (host, boot, pid, started, machine, pidns)."""
-    host, boot, pid, started, machine, pidns = columns
-    # started may be any integer: 0 is "unknown", and tests bury owners with a negative one.
-    return Owner(
-        _text("owner_host", host),
-        _text("owner_boot", boot),
-        _pid("owner_pid", pid),
-        _integer("owner_started", started),
-        _text("owner_machine", machine),
-        _text("owner_pidns", pidns),
-    )
-
-
-def _late(ledger: str, current: Record, row: tuple[object, ...]) -> Record:
-    """Read one row of ``late_completions`` as the late attempt's record (``current``'s key).
-
-    Raises:
-        CorruptRecordError: a column holds what safeact never writes there.
-
-    """
-    key, attempt_id, state, result, error_type, error_message, finished_at = row
-    with _Reading(ledger, "late_completions", key):
-        return attrs.evolve(
-            current,
-            attempt_id=_text("attempt_id", attempt_id),
-            state=_member("state", state, State),
-            result=None if result is None else _json("result", result),
-            error_type=_optional_text("error_type", error_type),
-            error_message=_optional_text("error_message", error_message),
-            finished_at=_moment("finished_at", finished_at),
-            doubt_reason=None,
-        )
-
-
-def _event(ledger: str, kind: str, subject: str, row: tuple[object, ...]) -> Event:
-    """Read one row of ``history`` (a key's, or with ``kind`` "saga" a saga's) as an ``Event``.
-
-    Raises:
-        CorruptRecordError: a column holds what safeact never writes there.
-
-    """
-    states: type[State | SagaState] = State if kind == "key" else SagaState
-    at, why, by, host, pid, from_state, to_state, attempt_id, note = row
-    with _Reading(ledger, "history", subject):
-        return Event(
-            subject=subject,
-            at=_moment("at", at),
-            why=_member("why", why, Why),
-            by=_actor("by_kind", by),
-            host=_text("by_host", host),
-            pid=_pid("by_pid", pid),
-            from_state=None if from_state is None else _member("from_state", from_state, states),
-            to_state=None if to_state is None else _member("to_state", to_state, states),
-            attempt_id=_optional_text("attempt_id", attempt_id),
-            note=_optional_text("note", note),
-        )
-
-
-def _saga_record(
-    ledger: str, row: tuple[object, ...], steps: list[tuple[object, ...]]
-) -> SagaRecord:
-    """Read a row of ``sagas`` and its ``saga_steps`` rows as a ``SagaRecord``.
-
-    Raises:
-        CorruptRecordError: a column holds what safeact never writes there.
-
-    """
-    saga_id, state, started_at, updated_at, aborted_step, abort_reason = row
-    with _Reading(ledger, "saga_steps", saga_id):
-        keys = tuple(_text("key", key) for key, _ in steps)
-        undo = tuple(_optional_text("compensation", compensation) for _, compensation in steps)
-    with _Reading(ledger, "sagas", saga_id):
-        return SagaRecord(
-            saga_id=_text("saga_id", saga_id),
-            state=_member("state", state, SagaState),
-            started_at=_moment("started_at", started_at),
-            updated_at=_moment("updated_at", updated_at),
-            steps=keys,
-            compensations=undo,
-            aborted_step=_optional_text("aborted_step", aborted_step),
-            abort_reason=_optional_text("abort_reason", abort_reason),
-        )
-
-
-def _event_values(kind: str, event: Event) -> tuple[object, ...]:
-    return (
-        kind,
-        event.subject,
-        event.attempt_id,
-        None if event.from_state is None else event.from_state.value,
-        *_event_params(event),
-    )
-
-
-def _event_params(event: Event) -> tuple[object, ...]:
-    """The values of an event after its subject, attempt and from-state."""
-    return (
-        None if event.to_state is None else event.to_state.value,
-        _time(event.at),
-        event.by,
-        event.host,
-        event.pid,
-        event.why.value,
-        event.note,
-    )
