@@ -396,7 +396,7 @@ def cmd_ls(options: argparse.Namespace, store: Store) -> int:
                 r,
                 None
                 if isinstance(r, CorruptRecordError)
-                else abandonment(r, now=now, owner_gone=store.owner_gone),
+                else abandonment(r, now=now, owner_gone=store._owner_gone),
             )
             for r in found
         ]
@@ -442,7 +442,7 @@ def doubts_among(
         for r in records
         if (
             reason := abandonment(
-                r, now=now, owner_gone=store.owner_gone, owner_lost=store.owner_lost
+                r, now=now, owner_gone=store._owner_gone, owner_lost=store._owner_lost
             )
         )
         is not None

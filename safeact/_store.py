@@ -205,7 +205,7 @@ class Store:
         """The calling process, as named in the records of the attempts it claims."""
         return this_process(self._host)
 
-    def owner_gone(self, owner: Owner) -> bool:
+    def _owner_gone(self, owner: Owner) -> bool:
         """Whether ``owner`` provably no longer runs, as seen from this process: proof.
 
         Only an owner on this host can be proven gone here (see ``Owner``); for an owner on
@@ -214,7 +214,7 @@ class Store:
         """
         return is_gone(owner, self.owner)
 
-    def owner_lost(self, owner: Owner) -> bool:  # noqa: ARG002 - a backend may know more
+    def _owner_lost(self, owner: Owner) -> bool:  # noqa: ARG002 - a backend may know more
         """Whether there is a sign that ``owner`` stopped: suspicion, never proof.
 
         A PostgreSQL ledger finds an owner's liveness session ended; SQLite has no such sign.
@@ -254,7 +254,9 @@ class Store:
         ]
 
     def _abandonment(self, record: Record, now: datetime) -> DoubtReason | None:
-        return abandonment(record, now=now, owner_gone=self.owner_gone, owner_lost=self.owner_lost)
+        return abandonment(
+            record, now=now, owner_gone=self._owner_gone, owner_lost=self._owner_lost
+        )
 
     def records(
         self,
@@ -427,7 +429,7 @@ class Store:
                 f"attempt {record.attempt_id}; check that attempt, then resolve it"
             )
         to = State.SUCCEEDED if happened else State.RELEASED
-        done = self.settle(
+        done = self._settle(
             record, to, stored, why=Why.RESOLVED, note=note, operator=True, force=force
         )
         if isinstance(done, Refusal):
@@ -491,7 +493,7 @@ class Store:
             db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("key", event))
         return self._now(key)
 
-    def decided(self, record: Record) -> bool:
+    def _decided(self, record: Record) -> bool:
         """Whether ``record``'s result was recorded by an operator or a probe, not its action."""
         with self._errors(), self._transaction(sync=False) as db:
             return self._closed_by(db, record) in DECIDED
@@ -512,7 +514,7 @@ class Store:
             raise SafeError(f"key {key!r} vanished")
         return record
 
-    def settle(  # noqa: PLR0913 - one parameter per column of the decision
+    def _settle(  # noqa: PLR0913 - one parameter per column of the decision
         self,
         record: Record,
         to: State,
@@ -574,7 +576,7 @@ class Store:
             checkpoint("settling")
         return event
 
-    def note(self, record: Record, why: Why, note: str) -> Event | None:
+    def _note(self, record: Record, why: Why, note: str) -> Event | None:
         """Append an event that changes nothing (a probe's answer) to an in-doubt key's history.
 
         Returns the event, or ``None`` if the key had moved on from ``record``'s attempt.
@@ -611,7 +613,7 @@ class Store:
             reason = self._abandonment(found, utc_now())
             if reason is None:
                 continue
-            if may_mark(found, reason) and not self.mark_in_doubt(
+            if may_mark(found, reason) and not self._mark_in_doubt(
                 found.key, found.attempt_id, reason
             ):
                 continue  # its owner finished meanwhile
@@ -702,7 +704,7 @@ class Store:
             db.execute("DELETE FROM saga_steps WHERE saga_id = ?", (saga_id,))
             db.execute("DELETE FROM sagas WHERE saga_id = ?", (saga_id,))
 
-    def claim(
+    def _claim(
         self, key: str, tool: str, args_hash: str, *, attempt_id: str, previous: Record | None
     ) -> Record | None:
         """Durably record ``key`` as ATTEMPTING for this attempt, if nobody else did first.
@@ -770,7 +772,7 @@ class Store:
         )
 
     @contextlib.contextmanager
-    def hold(self, record: Record) -> Iterator[None]:
+    def _hold(self, record: Record) -> Iterator[None]:
         """Keep renewing the lease of this process's attempt ``record`` while the block runs."""
         self._after_fork()
         with self._lock:
@@ -823,11 +825,11 @@ class Store:
             until = time_text(utc_now() + timedelta(seconds=self.lease))
             for key, attempt_id in held:
                 try:
-                    self.renew(key, attempt_id, until)
+                    self._renew(key, attempt_id, until)
                 except StoreError:
                     logger.exception("could not renew the lease of key %r", key)
 
-    def renew(self, key: str, attempt_id: str, lease_until: str | None) -> None:
+    def _renew(self, key: str, attempt_id: str, lease_until: str | None) -> None:
         """Move the lease of an ATTEMPTING attempt to ``lease_until``."""
         with self._errors(), self._transaction(sync=False) as db:
             db.execute(
@@ -835,7 +837,7 @@ class Store:
                 (lease_until, key, attempt_id, State.ATTEMPTING.value),
             )
 
-    def finish(  # noqa: PLR0913 - one parameter per column of an outcome
+    def _finish(  # noqa: PLR0913 - one parameter per column of an outcome
         self,
         key: str,
         attempt_id: str,
@@ -924,7 +926,7 @@ class Store:
                 late.append(error)
         return late
 
-    def mark_in_doubt(
+    def _mark_in_doubt(
         self, key: str, attempt_id: str, reason: DoubtReason, *, detail: str | None = None
     ) -> bool:
         """Mark this attempt IN_DOUBT for ``reason``; return whether the row has that now.
@@ -945,7 +947,7 @@ class Store:
                 return True
             if not may_mark(current, reason):
                 return False
-            if reason is DoubtReason.CRASHED and not self.owner_gone(current.owner):
+            if reason is DoubtReason.CRASHED and not self._owner_gone(current.owner):
                 return False
             event = attrs.evolve(event, from_state=current.state, attempt_id=attempt_id)
             db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("key", event))
@@ -1009,7 +1011,7 @@ class Store:
                 sagas.append(saga)
         return sagas
 
-    def begin_saga(self, saga_id: str) -> SagaRecord:
+    def _begin_saga(self, saga_id: str) -> SagaRecord:
         """Record saga ``saga_id`` as RUNNING unless it exists; return its progress."""
         event = self._new_event(saga_id, SagaState.RUNNING, Why.STARTED)
         now = time_text(event.at)
@@ -1025,7 +1027,7 @@ class Store:
             raise StoreError(f"{self.location}: saga {saga_id!r} vanished while starting")
         return saga
 
-    def record_saga_step(
+    def _record_saga_step(
         self, saga_id: str, index: int, name: str, key: str, compensation: str | None
     ) -> str:
         """Record that step ``index`` of the saga is ``key``, unless it was recorded already.
@@ -1047,7 +1049,7 @@ class Store:
             ).fetchone()
         return str(recorded)
 
-    def move_saga(
+    def _move_saga(
         self,
         saga_id: str,
         state: SagaState,

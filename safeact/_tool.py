@@ -241,7 +241,7 @@ class _Guard(Generic[T_co]):
         try:
             return cast("T_co", decode(record.result, self.return_type, key=key, tool=tool))
         except StoreError:
-            if not self.store.decided(record):
+            if not self.store._decided(record):
                 raise
         fix = (
             f"An operator or a probe recorded this value; correct it with {tool}.amend("
@@ -379,10 +379,10 @@ class _Guard(Generic[T_co]):
         )
 
     def _look(self, owner: Owner) -> Sighting:
-        return Sighting(gone=self.store.owner_gone(owner), lost=self.store.owner_lost(owner))
+        return Sighting(gone=self.store._owner_gone(owner), lost=self.store._owner_lost(owner))
 
     def _claim(self, claim: Claim) -> Record | None:
-        return self.store.claim(
+        return self.store._claim(
             claim.key,
             self.name,
             claim.args_hash,
@@ -391,7 +391,7 @@ class _Guard(Generic[T_co]):
         )
 
     def _mark(self, mark: Mark) -> bool:
-        return self.store.mark_in_doubt(mark.record.key, mark.record.attempt_id, mark.reason)
+        return self.store._mark_in_doubt(mark.record.key, mark.record.attempt_id, mark.reason)
 
     def _ended_by_interrupt(self, record: Record) -> None:
         """The action was interrupted: mark the attempt, unless in a child forked inside it."""
@@ -407,7 +407,7 @@ class _Guard(Generic[T_co]):
         """
         record, state = finish.record, finish.state
         try:
-            written = self.store.finish(
+            written = self.store._finish(
                 record.key,
                 record.attempt_id,
                 state=state,
@@ -453,7 +453,7 @@ class _Guard(Generic[T_co]):
             time.sleep(pause)
             try:
                 self.store._reset_connection()  # noqa: SLF001 - the tool and its store are one
-                self.store.mark_in_doubt(record.key, record.attempt_id, reason, detail=detail)
+                self.store._mark_in_doubt(record.key, record.attempt_id, reason, detail=detail)
             except Exception:  # noqa: BLE001, S112 - logged once below if every try fails
                 continue
             return
@@ -466,7 +466,7 @@ class _Guard(Generic[T_co]):
     def _interrupted(self, record: Record) -> None:
         """Mark this attempt IN_DOUBT (interrupted), so nobody waits on it; never raise."""
         try:
-            self.store.mark_in_doubt(record.key, record.attempt_id, DoubtReason.INTERRUPTED)
+            self.store._mark_in_doubt(record.key, record.attempt_id, DoubtReason.INTERRUPTED)
         except Exception:
             logger.exception("%s: could not mark key %r in doubt", self.name, record.key)
 
@@ -549,7 +549,7 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
                 time.sleep(seconds)
                 return None
             case Act(record):
-                with self.store.hold(record):
+                with self.store._hold(record):
                     try:
                         value = self._fn(record.key, *args, **kwargs)  # type: ignore[arg-type] # P was checked by the caller's signature
                     except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
@@ -629,7 +629,7 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
                 await asyncio.sleep(seconds)
                 return None
             case Act(record):
-                with self.store.hold(record):
+                with self.store._hold(record):
                     try:
                         value = await self._fn(record.key, *args, **kwargs)  # type: ignore[arg-type] # P was checked by the caller's signature
                     except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
