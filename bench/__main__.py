@@ -136,11 +136,11 @@ def safeact_rows(folder: Path, calls: int) -> dict[str, float]:
 
     act("replay-me", 1)
     fail("fail-me")
-    claimed = store.claim(
+    claimed = store._claim(
         "doubt-me", act.name, act._digest("doubt-me", (1,), {}), attempt_id="x", previous=None
     )
     assert claimed is not None
-    store.mark_in_doubt("doubt-me", "x", DoubtReason.CRASHED)
+    store._mark_in_doubt("doubt-me", "x", DoubtReason.CRASHED)
 
     def new_keys(n: int) -> None:
         for _ in range(n):

@@ -9,13 +9,14 @@ from typing import TYPE_CHECKING
 from safeact._codec import register_type
 from safeact._history import Event, Why
 from safeact._keyed import KeyPolicy, NoRunKeyError, Template, ToolCall, keyed, run_scope, template
+from safeact._open import get_store
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
 from safeact._owner import Owner
 from safeact._protocol import DoubtReason, Record, SagaRecord, SagaState, State
 from safeact._reconcile import Happened, NotHappened, Probe, Unknown, Verdict
 from safeact._saga import Saga, SagaFailed
 from safeact._sqlite import SqliteStore
-from safeact._store import Purged, Store, get_store
+from safeact._store import Purged, Store
 from safeact._tool import AsyncSafeTool, SafeTool, raise_on_doubt, safe
 from safeact.exceptions import (
     CorruptRecordError,

@@ -31,6 +31,7 @@ import attrs
 
 from safeact._codec import encode_untyped
 from safeact._history import Event
+from safeact._open import get_store, names_postgres
 from safeact._protocol import (
     UNSETTLED,
     DoubtReason,
@@ -43,7 +44,7 @@ from safeact._protocol import (
 from safeact._reconcile import Probe
 from safeact._schema import migrate
 from safeact._sqlite import SqliteStore
-from safeact._store import NO_RESULT, Store, get_store, names_postgres, utc_now
+from safeact._store import NO_RESULT, Store, utc_now
 from safeact._tool import _Guard
 from safeact.exceptions import CorruptRecordError, SafeError
 
@@ -395,7 +396,7 @@ def cmd_ls(options: argparse.Namespace, store: Store) -> int:
                 r,
                 None
                 if isinstance(r, CorruptRecordError)
-                else abandonment(r, now=now, owner_gone=store.owner_gone),
+                else abandonment(r, now=now, owner_gone=store._owner_gone),
             )
             for r in found
         ]
@@ -441,7 +442,7 @@ def doubts_among(
         for r in records
         if (
             reason := abandonment(
-                r, now=now, owner_gone=store.owner_gone, owner_lost=store.owner_lost
+                r, now=now, owner_gone=store._owner_gone, owner_lost=store._owner_lost
             )
         )
         is not None

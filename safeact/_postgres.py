@@ -251,7 +251,7 @@ class PostgresStore(Store):
         """The connection string, without its password."""
         return self._where
 
-    def owner_lost(self, owner: Owner) -> bool:
+    def _owner_lost(self, owner: Owner) -> bool:
         """Whether ``owner``'s advisory lock on this database is free: suspicion, not proof.
 
         Free means the session that held it has ended. A crashed process's session ends (at
@@ -267,12 +267,12 @@ class PostgresStore(Store):
 
         return self._repeatable(holders) == []
 
-    def claim(
+    def _claim(
         self, key: str, tool: str, args_hash: str, *, attempt_id: str, previous: Record | None
     ) -> Record | None:
         """Hold this process's liveness lock, then claim as ``Store.claim`` does."""
         self._hold_liveness()
-        return super().claim(key, tool, args_hash, attempt_id=attempt_id, previous=previous)
+        return super()._claim(key, tool, args_hash, attempt_id=attempt_id, previous=previous)
 
     def _hold_liveness(self) -> None:
         """Make sure this process holds its advisory lock on this database.

@@ -76,31 +76,31 @@ def reconcile_key(
     try:
         answer = probe(record.key, receipt)
     except Exception as exc:  # noqa: BLE001 - a probe's failure is an answer: "cannot tell"
-        return store.note(record, Why.PROBE_FAILED, f"the probe raised {_describe(exc)}")
+        return store._note(record, Why.PROBE_FAILED, f"the probe raised {_describe(exc)}")
     checkpoint("probed")
     match answer:
         case Happened(result=result, note=note):
             try:
                 stored = json.dumps(encode(result))
             except (ResultNotStorableError, ValueError) as exc:
-                return store.note(
+                return store._note(
                     record, Why.PROBE_FAILED, f"the probe's result cannot be stored: {exc}"
                 )
             said = _said("happened", note)
-            done = store.settle(record, State.SUCCEEDED, stored, why=Why.RECONCILED, note=said)
+            done = store._settle(record, State.SUCCEEDED, stored, why=Why.RECONCILED, note=said)
         case NotHappened(note=note):
             said = _said("did not happen", note)
-            done = store.settle(record, State.RELEASED, None, why=Why.RECONCILED, note=said)
+            done = store._settle(record, State.RELEASED, None, why=Why.RECONCILED, note=said)
         case Unknown(note=note):
-            return store.note(record, Why.PROBE_UNKNOWN, _said("cannot tell", note))
+            return store._note(record, Why.PROBE_UNKNOWN, _said("cannot tell", note))
         case _:
-            return store.note(
+            return store._note(
                 record,
                 Why.PROBE_FAILED,
                 f"the probe answered {answer!r}, not Happened, NotHappened or Unknown",
             )
     if isinstance(done, Refusal):
-        return store.note(record, Why.RELEASE_WITHHELD, f"{said}; not applied: {done.reason}")
+        return store._note(record, Why.RELEASE_WITHHELD, f"{said}; not applied: {done.reason}")
     return done
 
 

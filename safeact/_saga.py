@@ -29,9 +29,10 @@ from typing import (
 import attrs
 
 from safeact._keys import check_key
+from safeact._open import get_store
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded, failed_from, in_doubt_from
 from safeact._protocol import UNSETTLED, DoubtReason, Record, SagaRecord, SagaState, State
-from safeact._store import Store, get_store
+from safeact._store import Store
 from safeact._tool import AsyncSafeTool, Compensation, SafeTool, safe
 from safeact.exceptions import KeyConflictError, SafeError
 
@@ -198,7 +199,7 @@ class Saga:
         self._failure: SagaFailed | None = None
 
     def __enter__(self) -> Self:
-        record = self.store.begin_saga(self.saga_id)
+        record = self.store._begin_saga(self.saga_id)
         if record.state is SagaState.COMPENSATED:
             raise _failure_from_ledger(self.store, record)
         # An incomplete rollback is taken up again: compensations an operator has released
@@ -275,7 +276,7 @@ class Saga:
                 "run code that takes every recorded step, or raise in the block to roll the "
                 "saga back"
             )
-        self.store.move_saga(self.saga_id, SagaState.COMPLETED)
+        self.store._move_saga(self.saga_id, SagaState.COMPLETED)
         self._state = SagaState.COMPLETED
 
     @overload
@@ -413,7 +414,7 @@ class Saga:
                 f"is not a step of saga {self.saga_id!r}, which completed with "
                 f"{len(self._recorded)} steps",
             )
-        recorded = self.store.record_saga_step(self.saga_id, index, name, key, undo_name)
+        recorded = self.store._record_saga_step(self.saga_id, index, name, key, undo_name)
         if recorded != key:
             raise KeyConflictError(
                 key,
@@ -486,7 +487,7 @@ class Saga:
         return await asyncio.to_thread(self._end_rollback, saga, kinds, outcome)
 
     def _begin_rollback(self, step: str | None, reason: str | None) -> SagaRecord:
-        self.store.move_saga(
+        self.store._move_saga(
             self.saga_id, SagaState.COMPENSATING, aborted_step=step, abort_reason=reason
         )
         self._state = SagaState.COMPENSATING
@@ -507,7 +508,7 @@ class Saga:
         final = (
             SagaState.COMPENSATED if failure.fully_rolled_back else SagaState.ROLLBACK_INCOMPLETE
         )
-        self.store.move_saga(self.saga_id, final)
+        self.store._move_saga(self.saga_id, final)
         self._state, self._failure = final, failure
         return failure
 

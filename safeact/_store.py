@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import atexit
 import contextlib
-import enum
 import functools
 import json
 import logging
@@ -19,7 +18,7 @@ import os
 import threading
 import weakref
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol, Self, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, Self
 
 import attrs
 
@@ -43,6 +42,19 @@ from safeact._protocol import (
     release_refusal,
 )
 from safeact._reconcile import Probe, reconcile_key
+from safeact._rows import (
+    Reading,
+    each,
+    event_values,
+    member,
+    read_event,
+    read_late,
+    read_record,
+    read_saga,
+    readable,
+    text_of,
+    time_text,
+)
 from safeact._schema import SCHEMA_VERSION, UNSETTLED_SQL
 from safeact.exceptions import CorruptRecordError, NotProvenError, SafeError, StoreError
 
@@ -58,8 +70,6 @@ __all__ = [
     "Executor",
     "Purged",
     "Store",
-    "get_store",
-    "names_postgres",
     "utc_now",
 ]
 
@@ -118,10 +128,6 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-def _time(value: datetime | None) -> str | None:
-    return None if value is None else value.astimezone(UTC).isoformat(timespec="microseconds")
-
-
 def _check_tool(key: str, record: Record, tool: str | None) -> None:
     """Refuse a tool's decision about another tool's key (its result would not fit).
 
@@ -134,62 +140,6 @@ def _check_tool(key: str, record: Record, tool: str | None) -> None:
             f"key {key!r} belongs to tool {record.tool}, not {tool}: decide it with that "
             "tool, or with Store.resolve / safeact resolve"
         )
-
-
-_LIBPQ_KEYWORDS = frozenset(
-    {
-        *("host", "hostaddr", "port", "dbname", "user", "password", "passfile", "service"),
-        *("options", "connect_timeout", "client_encoding", "application_name", "sslmode"),
-        *("sslrootcert", "sslcert", "sslkey", "sslpassword", "sslcrl", "sslcrldir", "sslsni"),
-        *("gssencmode", "channel_binding", "require_auth", "target_session_attrs"),
-        *("load_balance_hosts", "keepalives", "krbsrvname", "fallback_application_name"),
-    }
-)
-
-
-def names_postgres(location: str) -> bool:
-    """Whether ``location`` names a PostgreSQL database: a URL, or libpq keyword pairs.
-
-    A keyword string would otherwise become a SQLite file of that name (password and all)
-    on every host. libpq takes any string that is not a URL as keyword pairs; a known
-    keyword first is the sign, and ``"./host=..."`` keeps a file of such a name a file.
-    """
-    return location.startswith(("postgresql://", "postgres://")) or (
-        "=" in location and location.split("=", 1)[0].strip() in _LIBPQ_KEYWORDS
-    )
-
-
-def get_store(
-    location: str | os.PathLike[str],
-    *,
-    fsync_attempts: bool = True,
-    lease: float = LEASE,
-    heartbeat: float | None = None,
-    host: str | None = None,
-) -> Store:
-    """Open the ledger at ``location``: a PostgreSQL database, or else a SQLite file path.
-
-    ``postgresql://`` (or ``postgres://``) URLs and libpq keyword strings that start with
-    a libpq keyword (``"host=db dbname=agents user=app"``) open a ``PostgresStore`` (the
-    ``safeact[postgres]`` extra); anything else is a path, and a missing file is created
-    (readable by its owner only). Write a file whose name starts like that as
-    ``"./host=…"``. See ``Store`` for the settings; ``fsync_attempts`` applies to SQLite
-    only.
-
-    Raises:
-        StoreError: the ledger cannot be opened or used, or the path names something other
-            than a regular file (a directory, a device, a FIFO); it is left as it was.
-
-    """
-    if isinstance(location, str) and names_postgres(location):
-        from safeact._postgres import PostgresStore  # noqa: PLC0415 - an optional extra
-
-        return PostgresStore(location, lease=lease, heartbeat=heartbeat, host=host)
-    from safeact._sqlite import SqliteStore  # noqa: PLC0415 - it builds on this module
-
-    return SqliteStore(
-        location, fsync_attempts=fsync_attempts, lease=lease, heartbeat=heartbeat, host=host
-    )
 
 
 class Store:
@@ -255,7 +205,7 @@ class Store:
         """The calling process, as named in the records of the attempts it claims."""
         return this_process(self._host)
 
-    def owner_gone(self, owner: Owner) -> bool:
+    def _owner_gone(self, owner: Owner) -> bool:
         """Whether ``owner`` provably no longer runs, as seen from this process: proof.
 
         Only an owner on this host can be proven gone here (see ``Owner``); for an owner on
@@ -264,7 +214,7 @@ class Store:
         """
         return is_gone(owner, self.owner)
 
-    def owner_lost(self, owner: Owner) -> bool:  # noqa: ARG002 - a backend may know more
+    def _owner_lost(self, owner: Owner) -> bool:  # noqa: ARG002 - a backend may know more
         """Whether there is a sign that ``owner`` stopped: suspicion, never proof.
 
         A PostgreSQL ledger finds an owner's liveness session ended; SQLite has no such sign.
@@ -287,7 +237,7 @@ class Store:
 
         """
         rows = self._read(f"SELECT {_COLUMNS} FROM calls WHERE key = ?", (key,))  # noqa: S608 - constant columns
-        return _record(self.location, rows[0]) if rows else None
+        return read_record(self.location, rows[0]) if rows else None
 
     def list_in_doubt(self) -> list[Record]:
         """Return every key that needs a decision, oldest first.
@@ -304,7 +254,9 @@ class Store:
         ]
 
     def _abandonment(self, record: Record, now: datetime) -> DoubtReason | None:
-        return abandonment(record, now=now, owner_gone=self.owner_gone, owner_lost=self.owner_lost)
+        return abandonment(
+            record, now=now, owner_gone=self._owner_gone, owner_lost=self._owner_lost
+        )
 
     def records(
         self,
@@ -323,9 +275,7 @@ class Store:
             CorruptRecordError: a key's row cannot be read (``scan_records`` reads the rest).
 
         """
-        return _readable(
-            self.scan_records(state=state, tool=tool, since=since, unsettled=unsettled)
-        )
+        return readable(self.scan_records(state=state, tool=tool, since=since, unsettled=unsettled))
 
     def scan_records(
         self,
@@ -347,13 +297,13 @@ class Store:
         ]
         if unsettled:
             where.append(f"state IN ({UNSETTLED_SQL})")
-        params = (None if state is None else state.value, tool, _time(since))
+        params = (None if state is None else state.value, tool, time_text(since))
         rows = self._read(
             f"SELECT {_COLUMNS} FROM calls WHERE {' AND '.join(where)} "  # noqa: S608 - constants
             "ORDER BY attempted_at, key",
             params,
         )
-        return _each(rows, functools.partial(_record, self.location))
+        return each(rows, functools.partial(read_record, self.location))
 
     def counts(self) -> dict[tuple[str, State], int]:
         """Return how many keys each tool has in each state.
@@ -368,8 +318,8 @@ class Store:
         )
         counted: dict[tuple[str, State], int] = {}
         for tool, state, count, key in rows:
-            with _Reading(self.location, "calls", key):
-                counted[_text("tool", tool), _member("state", state, State)] = int(count)
+            with Reading(self.location, "calls", key):
+                counted[text_of("tool", tool), member("state", state, State)] = int(count)
         return counted
 
     def history(self, key: str) -> list[Event]:
@@ -382,7 +332,7 @@ class Store:
             CorruptRecordError: an event cannot be read (``scan_history`` reads the rest).
 
         """
-        return _readable(self.scan_history(key))
+        return readable(self.scan_history(key))
 
     def scan_history(self, key: str) -> list[Event | CorruptRecordError]:
         """Return ``key``'s history as ``history`` does, with each corrupt event's error."""
@@ -395,7 +345,7 @@ class Store:
             CorruptRecordError: an event cannot be read.
 
         """
-        return _readable(self._history("saga", saga_id))
+        return readable(self._history("saga", saga_id))
 
     def resolve(  # noqa: PLR0913 - one keyword per part of the decision
         self,
@@ -479,7 +429,7 @@ class Store:
                 f"attempt {record.attempt_id}; check that attempt, then resolve it"
             )
         to = State.SUCCEEDED if happened else State.RELEASED
-        done = self.settle(
+        done = self._settle(
             record, to, stored, why=Why.RESOLVED, note=note, operator=True, force=force
         )
         if isinstance(done, Refusal):
@@ -540,10 +490,10 @@ class Store:
                 "UPDATE calls SET result = ? WHERE key = ? AND attempt_id = ?",
                 (stored, key, current.attempt_id),
             )
-            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", event))
+            db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("key", event))
         return self._now(key)
 
-    def decided(self, record: Record) -> bool:
+    def _decided(self, record: Record) -> bool:
         """Whether ``record``'s result was recorded by an operator or a probe, not its action."""
         with self._errors(), self._transaction(sync=False) as db:
             return self._closed_by(db, record) in DECIDED
@@ -564,7 +514,7 @@ class Store:
             raise SafeError(f"key {key!r} vanished")
         return record
 
-    def settle(  # noqa: PLR0913 - one parameter per column of the decision
+    def _settle(  # noqa: PLR0913 - one parameter per column of the decision
         self,
         record: Record,
         to: State,
@@ -597,7 +547,7 @@ class Store:
                 owner = current.owner
                 return Refusal(
                     f"its action is running right now (process {owner.pid} on {owner.host}, "
-                    f"lease until {_time(current.lease_until)}); wait for its outcome",
+                    f"lease until {time_text(current.lease_until)}); wait for its outcome",
                     forceable=False,
                 )
             if to is State.RELEASED:
@@ -620,13 +570,13 @@ class Store:
             db.execute(
                 "UPDATE calls SET state = ?, result = ?, finished_at = ?, doubt_reason = NULL, "
                 "error_type = NULL, error_message = NULL WHERE key = ? AND attempt_id = ?",
-                (to.value, result, _time(event.at), record.key, record.attempt_id),
+                (to.value, result, time_text(event.at), record.key, record.attempt_id),
             )
-            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", event))
+            db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("key", event))
             checkpoint("settling")
         return event
 
-    def note(self, record: Record, why: Why, note: str) -> Event | None:
+    def _note(self, record: Record, why: Why, note: str) -> Event | None:
         """Append an event that changes nothing (a probe's answer) to an in-doubt key's history.
 
         Returns the event, or ``None`` if the key had moved on from ``record``'s attempt.
@@ -644,7 +594,7 @@ class Store:
             if now is None or now[1] != record.attempt_id or State(now[0]) not in UNSETTLED:
                 return None
             event = attrs.evolve(event, from_state=State(now[0]), to_state=State(now[0]))
-            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", event))
+            db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("key", event))
         return event
 
     def reconcile(self, probes: Mapping[str, Probe[object]]) -> list[Event]:
@@ -663,7 +613,7 @@ class Store:
             reason = self._abandonment(found, utc_now())
             if reason is None:
                 continue
-            if may_mark(found, reason) and not self.mark_in_doubt(
+            if may_mark(found, reason) and not self._mark_in_doubt(
                 found.key, found.attempt_id, reason
             ):
                 continue  # its owner finished meanwhile
@@ -702,7 +652,7 @@ class Store:
                 "ATTEMPTING and IN_DOUBT keys are never purged: resolve them first "
                 f"(asked for {', '.join(sorted(s.value for s in wanted & UNSETTLED))})"
             )
-        cutoff = _time(older_than)
+        cutoff = time_text(older_than)
         finals = (SagaState.COMPLETED.value, SagaState.COMPENSATED.value)
         with self._errors(), self._transaction(sync=False) as db:
             sagas = [
@@ -742,7 +692,7 @@ class Store:
             event = self._new_event(
                 key, None, Why.PURGED, operator=True, from_state=state, attempt_id=attempt_id
             )
-            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", event))
+            db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("key", event))
             db.execute(
                 "DELETE FROM calls WHERE key = ? AND attempt_id = ? AND state = ?",
                 (key, attempt_id, state.value),
@@ -750,11 +700,11 @@ class Store:
             db.execute("DELETE FROM late_completions WHERE key = ?", (key,))
         for saga_id, saga_state in sagas:
             event = self._new_event(saga_id, None, Why.PURGED, operator=True, from_state=saga_state)
-            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("saga", event))
+            db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("saga", event))
             db.execute("DELETE FROM saga_steps WHERE saga_id = ?", (saga_id,))
             db.execute("DELETE FROM sagas WHERE saga_id = ?", (saga_id,))
 
-    def claim(
+    def _claim(
         self, key: str, tool: str, args_hash: str, *, attempt_id: str, previous: Record | None
     ) -> Record | None:
         """Durably record ``key`` as ATTEMPTING for this attempt, if nobody else did first.
@@ -769,14 +719,14 @@ class Store:
         attempt = (
             State.ATTEMPTING.value,
             attempt_id,
-            _time(now),
+            time_text(now),
             owner.host,
             owner.boot_id,
             owner.pid,
             owner.started,
             owner.machine_id,
             owner.pid_namespace,
-            _time(lease_until),
+            time_text(lease_until),
         )
         event = Event(
             subject=key,
@@ -809,7 +759,7 @@ class Store:
                 (*attempt, key, State.RELEASED.value, previous.attempt_id),
             ).rowcount:
                 return None
-            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", event))
+            db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("key", event))
         return Record(
             key=key,
             tool=tool,
@@ -822,7 +772,7 @@ class Store:
         )
 
     @contextlib.contextmanager
-    def hold(self, record: Record) -> Iterator[None]:
+    def _hold(self, record: Record) -> Iterator[None]:
         """Keep renewing the lease of this process's attempt ``record`` while the block runs."""
         self._after_fork()
         with self._lock:
@@ -872,14 +822,14 @@ class Store:
                 self._check_liveness()
             except Exception:
                 logger.exception("could not check this process's liveness session")
-            until = _time(utc_now() + timedelta(seconds=self.lease))
+            until = time_text(utc_now() + timedelta(seconds=self.lease))
             for key, attempt_id in held:
                 try:
-                    self.renew(key, attempt_id, until)
+                    self._renew(key, attempt_id, until)
                 except StoreError:
                     logger.exception("could not renew the lease of key %r", key)
 
-    def renew(self, key: str, attempt_id: str, lease_until: str | None) -> None:
+    def _renew(self, key: str, attempt_id: str, lease_until: str | None) -> None:
         """Move the lease of an ATTEMPTING attempt to ``lease_until``."""
         with self._errors(), self._transaction(sync=False) as db:
             db.execute(
@@ -887,7 +837,7 @@ class Store:
                 (lease_until, key, attempt_id, State.ATTEMPTING.value),
             )
 
-    def finish(  # noqa: PLR0913 - one parameter per column of an outcome
+    def _finish(  # noqa: PLR0913 - one parameter per column of an outcome
         self,
         key: str,
         attempt_id: str,
@@ -908,7 +858,7 @@ class Store:
         """
         stored = None if result is None else json.dumps(result)
         event = self._new_event(key, state, why_finished(state, doubt_reason))
-        finished = _time(event.at)
+        finished = time_text(event.at)
         outcome = (state.value, stored, error_type, error_message, finished)
         reason = None if doubt_reason is None else doubt_reason.value
         with self._errors(), self._transaction(sync=False) as db:
@@ -920,7 +870,7 @@ class Store:
                     (*outcome, reason, key, attempt_id),
                 )
                 mine = attrs.evolve(event, from_state=State(now[0]), attempt_id=attempt_id)
-                db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", mine))
+                db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("key", mine))
                 return True
             db.execute(
                 "INSERT INTO late_completions (key, attempt_id, state, result, "
@@ -937,7 +887,7 @@ class Store:
                 from_state=State.ATTEMPTING,
                 attempt_id=attempt_id,
             )
-            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", late))
+            db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("key", late))
         return False
 
     def late_completions(self, key: str | None = None) -> list[Record]:
@@ -952,7 +902,7 @@ class Store:
                 (``scan_late_completions`` reads the rest).
 
         """
-        return _readable(self.scan_late_completions(key))
+        return readable(self.scan_late_completions(key))
 
     def scan_late_completions(self, key: str | None = None) -> list[Record | CorruptRecordError]:
         """Return ``late_completions`` with each corrupt row's error in its place.
@@ -971,12 +921,12 @@ class Store:
             try:
                 current = self.get(row[0])
                 if current is not None:
-                    late.append(_late(self.location, current, row))
+                    late.append(read_late(self.location, current, row))
             except CorruptRecordError as error:
                 late.append(error)
         return late
 
-    def mark_in_doubt(
+    def _mark_in_doubt(
         self, key: str, attempt_id: str, reason: DoubtReason, *, detail: str | None = None
     ) -> bool:
         """Mark this attempt IN_DOUBT for ``reason``; return whether the row has that now.
@@ -997,10 +947,10 @@ class Store:
                 return True
             if not may_mark(current, reason):
                 return False
-            if reason is DoubtReason.CRASHED and not self.owner_gone(current.owner):
+            if reason is DoubtReason.CRASHED and not self._owner_gone(current.owner):
                 return False
             event = attrs.evolve(event, from_state=current.state, attempt_id=attempt_id)
-            db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("key", event))
+            db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("key", event))
             db.execute(
                 "UPDATE calls SET state = ?, doubt_reason = ?, "
                 "error_type = coalesce(?, error_type), error_message = coalesce(?, error_message) "
@@ -1032,7 +982,7 @@ class Store:
             "SELECT key, compensation FROM saga_steps WHERE saga_id = ? ORDER BY step_index",
             (saga_id,),
         )
-        return _saga_record(self.location, rows[0], steps) if rows else None
+        return read_saga(self.location, rows[0], steps) if rows else None
 
     def list_sagas(self, state: SagaState | None = None) -> list[SagaRecord]:
         """Return every saga, or those in ``state``; stuck rollbacks (COMPENSATING) first.
@@ -1041,7 +991,7 @@ class Store:
             CorruptRecordError: a saga cannot be read (``scan_sagas`` reads the rest).
 
         """
-        return _readable(self.scan_sagas(state))
+        return readable(self.scan_sagas(state))
 
     def scan_sagas(self, state: SagaState | None = None) -> list[SagaRecord | CorruptRecordError]:
         """Return the sagas as ``list_sagas`` does, with each corrupt saga's error in its place."""
@@ -1061,23 +1011,23 @@ class Store:
                 sagas.append(saga)
         return sagas
 
-    def begin_saga(self, saga_id: str) -> SagaRecord:
+    def _begin_saga(self, saga_id: str) -> SagaRecord:
         """Record saga ``saga_id`` as RUNNING unless it exists; return its progress."""
         event = self._new_event(saga_id, SagaState.RUNNING, Why.STARTED)
-        now = _time(event.at)
+        now = time_text(event.at)
         with self._errors(), self._transaction(sync=False) as db:
             if db.execute(
                 "INSERT INTO sagas (saga_id, state, started_at, updated_at, schema_version) "
                 "VALUES (?, ?, ?, ?, ?) ON CONFLICT (saga_id) DO NOTHING",
                 (saga_id, SagaState.RUNNING.value, now, now, SCHEMA_VERSION),
             ).rowcount:
-                db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("saga", event))
+                db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("saga", event))
         saga = self.get_saga(saga_id)
         if saga is None:
             raise StoreError(f"{self.location}: saga {saga_id!r} vanished while starting")
         return saga
 
-    def record_saga_step(
+    def _record_saga_step(
         self, saga_id: str, index: int, name: str, key: str, compensation: str | None
     ) -> str:
         """Record that step ``index`` of the saga is ``key``, unless it was recorded already.
@@ -1099,7 +1049,7 @@ class Store:
             ).fetchone()
         return str(recorded)
 
-    def move_saga(
+    def _move_saga(
         self,
         saga_id: str,
         state: SagaState,
@@ -1116,12 +1066,12 @@ class Store:
             ).fetchone()
             if now != state.value:
                 event = attrs.evolve(event, from_state=SagaState(now))
-                db.execute(f"{_LOG} VALUES ({_PLACES})", _event_values("saga", event))
+                db.execute(f"{_LOG} VALUES ({_PLACES})", event_values("saga", event))
             db.execute(
                 "UPDATE sagas SET state = ?, updated_at = ?, "
                 "aborted_step = coalesce(aborted_step, ?), "
                 "abort_reason = coalesce(abort_reason, ?) WHERE saga_id = ?",
-                (state.value, _time(event.at), aborted_step, abort_reason, saga_id),
+                (state.value, time_text(event.at), aborted_step, abort_reason, saga_id),
             )
 
     def _new_event(  # noqa: PLR0913 - one parameter per field of an event
@@ -1156,7 +1106,7 @@ class Store:
             "attempt_id, note FROM history WHERE kind = ? AND subject = ? ORDER BY seq",
             (kind, subject),
         )
-        return _each(rows, functools.partial(_event, self.location, kind, subject))
+        return each(rows, functools.partial(read_event, self.location, kind, subject))
 
     def _locked_record(self, db: Executor, key: str) -> Record | None:
         """Lock ``key``'s row for this transaction; return it."""
@@ -1164,7 +1114,7 @@ class Store:
             f"SELECT {_COLUMNS} FROM calls WHERE key = ?{self._FOR_UPDATE}",  # noqa: S608 - constants
             (key,),
         ).fetchone()
-        return None if row is None else _record(self.location, row)
+        return None if row is None else read_record(self.location, row)
 
     def _locked_row(self, db: Executor, key: str) -> tuple[str, str] | None:
         """Lock ``key``'s row for this transaction; return its (state, attempt_id)."""
@@ -1233,321 +1183,3 @@ def _stop_heartbeats() -> None:
     """
     for store in list(_BEATING):
         store._stop_heartbeat(wait=1.0)  # noqa: SLF001 - the module's own class
-
-
-# Reading rows. What a stored value means is decided here, once, for every read. A value
-# safeact never writes (the row was changed outside it) raises CorruptRecordError naming
-# the row, the column and the fix: never a raw ValueError from deep inside a decision, and
-# never a half-checked record (a time without its offset would make every later comparison
-# of times raise, far from the row that caused it).
-
-_ROWS = {
-    "calls": (
-        "key",
-        (
-            "safeact runs nothing under this key until the row is mended: check what its "
-            "action did, then restore the row from a backup or correct it by hand (deleting "
-            "it lets the next call run the action again)"
-        ),
-    ),
-    "late_completions": (
-        "late completion of key",
-        "Restore the row from a backup, or correct or delete it by hand",
-    ),
-    "history": (
-        "an event in the history of",
-        "The history is append-only: restore the ledger from a backup to mend it",
-    ),
-    "sagas": ("saga", "Restore the row from a backup or correct it by hand"),
-    "saga_steps": ("a step of saga", "Restore the row from a backup or correct it by hand"),
-}
-"""For each table: how its rows are named for people, and what to do about a corrupt one."""
-
-_SHOWN = 40
-"""Characters of a corrupt value shown in its error: enough to recognise, never a page."""
-
-_LISTED = 8
-"""Enums of at most this many values are listed in full when a stored value is none of them."""
-
-_T = TypeVar("_T")
-_E = TypeVar("_E", bound=enum.Enum)
-
-
-class _Unreadable(Exception):  # noqa: N818 - internal; the row's reader raises the real error
-    """A column holds a value safeact never writes there; ``_Reading`` names the row."""
-
-    def __init__(self, column: str, what: str) -> None:
-        self.column = column
-        super().__init__(f"{column} {what}")
-
-
-@attrs.frozen
-class _Reading:
-    """The reading of one row of ``table``: an ``_Unreadable`` column becomes the row's error."""
-
-    ledger: str
-    table: str
-    subject: object
-
-    def __enter__(self) -> None:
-        """Nothing to set up: the work is in turning the error."""
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        """Raise ``CorruptRecordError`` for an unreadable column; let anything else through."""
-        if isinstance(exc, _Unreadable):
-            name, fix = _ROWS[self.table]
-            subject = self.subject if isinstance(self.subject, str) else _shown(self.subject)
-            raise CorruptRecordError(
-                f"{self.ledger}: {name} {subject!r}",
-                table=self.table,
-                subject=subject,
-                column=exc.column,
-                problem=str(exc),
-                fix=fix,
-            ) from None
-
-
-def _shown(value: object) -> str:
-    """A stored value as an error shows it: its repr, cut short."""
-    text = repr(value)
-    return text if len(text) <= _SHOWN else f"{text[: _SHOWN - 3]}..."
-
-
-def _text(column: str, value: object) -> str:
-    if isinstance(value, str):
-        return value
-    raise _Unreadable(column, f"is {_shown(value)}, not text")
-
-
-def _optional_text(column: str, value: object) -> str | None:
-    return None if value is None else _text(column, value)
-
-
-def _integer(column: str, value: object) -> int:
-    if isinstance(value, int):
-        return value
-    raise _Unreadable(column, f"is {_shown(value)}, not an integer")
-
-
-def _pid(column: str, value: object) -> int:
-    """A process id: a positive integer (``is_gone`` would signal a process group otherwise)."""
-    if isinstance(value, int) and value > 0:
-        return value
-    raise _Unreadable(column, f"is {_shown(value)}, not a process id (a positive integer)")
-
-
-def _moment(column: str, value: object) -> datetime:
-    """A time as ``_time`` writes it: ISO 8601 with its UTC offset."""
-    text = _text(column, value)
-    try:
-        moment = datetime.fromisoformat(text)
-    except ValueError:
-        raise _Unreadable(column, f"is {_shown(text)}, not an ISO 8601 time") from None
-    if moment.tzinfo is None:
-        raise _Unreadable(column, f"is {_shown(text)}, a time without its UTC offset")
-    return moment
-
-
-def _optional_moment(column: str, value: object) -> datetime | None:
-    return None if value is None else _moment(column, value)
-
-
-def _member(column: str, value: object, kind: type[_E]) -> _E:
-    """The member of ``kind`` whose value is stored (a newer safeact's would not be known)."""
-    try:
-        return kind(value)
-    except ValueError:
-        members = [str(member.value) for member in kind]
-        known = (
-            ", ".join(members)
-            if len(members) <= _LISTED
-            else f"the {len(members)} values this safeact knows"
-        )
-        raise _Unreadable(column, f"is {_shown(value)}, not one of {known}") from None
-
-
-def _json(column: str, value: object) -> JSON:
-    text = _text(column, value)
-    try:
-        decoded: JSON = json.loads(text)
-    except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep to decode
-        raise _Unreadable(column, f"is not valid JSON ({exc})") from None
-    return decoded
-
-
-def _actor(column: str, value: object) -> Literal["process", "operator"]:
-    if value == "process":
-        return "process"
-    if value == "operator":
-        return "operator"
-    raise _Unreadable(column, f"is {_shown(value)}, not 'process' or 'operator'")
-
-
-def _each(
-    rows: Iterable[tuple[object, ...]], read: Callable[[tuple[object, ...]], _T]
-) -> list[_T | CorruptRecordError]:
-    """Read every row with ``read``; a corrupt row becomes its error, in its place."""
-    found: list[_T | CorruptRecordError] = []
-    for row in rows:
-        try:
-            found.append(read(row))
-        except CorruptRecordError as error:
-            found.append(error)
-    return found
-
-
-def _readable(found: Iterable[_T | CorruptRecordError]) -> list[_T]:
-    """The records read, in order.
-
-    Raises:
-        CorruptRecordError: the first corrupt row's error.
-
-    """
-    records: list[_T] = []
-    for item in found:
-        if isinstance(item, CorruptRecordError):
-            raise item
-        records.append(item)
-    return records
-
-
-def _record(ledger: str, row: tuple[object, ...]) -> Record:
-    """Read one row of ``calls`` (the columns of ``_COLUMNS``, in order) as a ``Record``.
-
-    Raises:
-        CorruptRecordError: a column holds what safeact never writes there.
-
-    """
-    key, tool, state, args_hash, attempt_id, attempted_at = row[:6]
-    lease_until, finished_at, result, error_type, error_message, doubt_reason = row[12:]
-    with _Reading(ledger, "calls", key):
-        return Record(
-            key=_text("key", key),
-            tool=_text("tool", tool),
-            state=_member("state", state, State),
-            args_hash=_text("args_hash", args_hash),
-            attempt_id=_text("attempt_id", attempt_id),
-            attempted_at=_moment("attempted_at", attempted_at),
-            owner=_owner(row[6:12]),
-            lease_until=_moment("lease_until", lease_until),
-            finished_at=_optional_moment("finished_at", finished_at),
-            result=None if result is None else _json("result", result),
-            error_type=_optional_text("error_type", error_type),
-            error_message=_optional_text("error_message", error_message),
-            doubt_reason=(
-                None if doubt_reason is None else _member("doubt_reason", doubt_reason, DoubtReason)
-            ),
-        )
-
-
-def _owner(columns: tuple[object, ...]) -> Owner:
-    """Read the owner's columns of a ``calls`` row (host, boot, pid, started, machine, pidns)."""
-    host, boot, pid, started, machine, pidns = columns
-    # started may be any integer: 0 is "unknown", and tests bury owners with a negative one.
-    return Owner(
-        _text("owner_host", host),
-        _text("owner_boot", boot),
-        _pid("owner_pid", pid),
-        _integer("owner_started", started),
-        _text("owner_machine", machine),
-        _text("owner_pidns", pidns),
-    )
-
-
-def _late(ledger: str, current: Record, row: tuple[object, ...]) -> Record:
-    """Read one row of ``late_completions`` as the late attempt's record (``current``'s key).
-
-    Raises:
-        CorruptRecordError: a column holds what safeact never writes there.
-
-    """
-    key, attempt_id, state, result, error_type, error_message, finished_at = row
-    with _Reading(ledger, "late_completions", key):
-        return attrs.evolve(
-            current,
-            attempt_id=_text("attempt_id", attempt_id),
-            state=_member("state", state, State),
-            result=None if result is None else _json("result", result),
-            error_type=_optional_text("error_type", error_type),
-            error_message=_optional_text("error_message", error_message),
-            finished_at=_moment("finished_at", finished_at),
-            doubt_reason=None,
-        )
-
-
-def _event(ledger: str, kind: str, subject: str, row: tuple[object, ...]) -> Event:
-    """Read one row of ``history`` (a key's, or with ``kind`` "saga" a saga's) as an ``Event``.
-
-    Raises:
-        CorruptRecordError: a column holds what safeact never writes there.
-
-    """
-    states: type[State | SagaState] = State if kind == "key" else SagaState
-    at, why, by, host, pid, from_state, to_state, attempt_id, note = row
-    with _Reading(ledger, "history", subject):
-        return Event(
-            subject=subject,
-            at=_moment("at", at),
-            why=_member("why", why, Why),
-            by=_actor("by_kind", by),
-            host=_text("by_host", host),
-            pid=_pid("by_pid", pid),
-            from_state=None if from_state is None else _member("from_state", from_state, states),
-            to_state=None if to_state is None else _member("to_state", to_state, states),
-            attempt_id=_optional_text("attempt_id", attempt_id),
-            note=_optional_text("note", note),
-        )
-
-
-def _saga_record(
-    ledger: str, row: tuple[object, ...], steps: list[tuple[object, ...]]
-) -> SagaRecord:
-    """Read a row of ``sagas`` and its ``saga_steps`` rows as a ``SagaRecord``.
-
-    Raises:
-        CorruptRecordError: a column holds what safeact never writes there.
-
-    """
-    saga_id, state, started_at, updated_at, aborted_step, abort_reason = row
-    with _Reading(ledger, "saga_steps", saga_id):
-        keys = tuple(_text("key", key) for key, _ in steps)
-        undo = tuple(_optional_text("compensation", compensation) for _, compensation in steps)
-    with _Reading(ledger, "sagas", saga_id):
-        return SagaRecord(
-            saga_id=_text("saga_id", saga_id),
-            state=_member("state", state, SagaState),
-            started_at=_moment("started_at", started_at),
-            updated_at=_moment("updated_at", updated_at),
-            steps=keys,
-            compensations=undo,
-            aborted_step=_optional_text("aborted_step", aborted_step),
-            abort_reason=_optional_text("abort_reason", abort_reason),
-        )
-
-
-def _event_values(kind: str, event: Event) -> tuple[object, ...]:
-    return (
-        kind,
-        event.subject,
-        event.attempt_id,
-        None if event.from_state is None else event.from_state.value,
-        *_event_params(event),
-    )
-
-
-def _event_params(event: Event) -> tuple[object, ...]:
-    """The values of an event after its subject, attempt and from-state."""
-    return (
-        None if event.to_state is None else event.to_state.value,
-        _time(event.at),
-        event.by,
-        event.host,
-        event.pid,
-        event.why.value,
-        event.note,
-    )

@@ -12,7 +12,7 @@ import time
 import types
 import typing
 import uuid
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Generator, Iterable
 from typing import (
     Any,
     Concatenate,
@@ -26,27 +26,31 @@ from typing import (
     overload,
 )
 
+from safeact._call import (
+    Act,
+    Ask,
+    Claim,
+    Finish,
+    Look,
+    Mark,
+    Pause,
+    Raised,
+    Read,
+    Request,
+    Returned,
+    Sighting,
+    guarded_call,
+    message_of,
+)
 from safeact._codec import ResultNotStorableError, check_return_type, decode, encode
 from safeact._history import Why
 from safeact._keys import args_hash, check_ignore, check_key, check_text, ignored_names
-from safeact._outcome import Failed, Outcome, Succeeded, failed_from, in_doubt_from
-from safeact._protocol import (
-    JSON,
-    Doubt,
-    DoubtReason,
-    Record,
-    Replay,
-    Run,
-    State,
-    Step,
-    Wait,
-    checkpoint,
-    may_mark,
-    next_step,
-    owner_may_write,
-)
+from safeact._open import get_store
+from safeact._outcome import Outcome, Succeeded, failed_from, in_doubt_from
+from safeact._owner import Owner
+from safeact._protocol import JSON, DoubtReason, Record, State, owner_may_write
 from safeact._reconcile import Probe, reconcile_key
-from safeact._store import NO_RESULT, Store, get_store, utc_now
+from safeact._store import NO_RESULT, Store, utc_now
 from safeact.exceptions import StoreError
 
 __all__ = ["AsyncSafeTool", "SafeTool", "raise_on_doubt", "safe"]
@@ -62,8 +66,6 @@ Compensation: TypeAlias = Callable[[str, Never], object]
 
 WAIT = 5.0
 """Default seconds a caller waits for a live owner of its key to finish."""
-
-_FIRST_PAUSE, _LONGEST_PAUSE = 0.005, 0.1
 
 _UNRECORDED_RETRIES = (0.0, 0.05, 0.25, 1.0)
 """Pauses before each try to mark an attempt whose outcome could not be written."""
@@ -227,16 +229,6 @@ class _Guard(Generic[T_co]):
         except TypeError as exc:
             raise TypeError(f"{self.name}: {exc}") from exc
 
-    def _next(self, record: Record | None, digest: str) -> Step:
-        return next_step(
-            record,
-            self.name,
-            digest,
-            now=utc_now(),
-            owner_gone=self.store.owner_gone,
-            owner_lost=self.store.owner_lost,
-        )
-
     def replay(self, record: Record) -> T_co:
         """Rebuild the stored result of a SUCCEEDED ``record`` as the return type.
 
@@ -249,7 +241,7 @@ class _Guard(Generic[T_co]):
         try:
             return cast("T_co", decode(record.result, self.return_type, key=key, tool=tool))
         except StoreError:
-            if not self.store.decided(record):
+            if not self.store._decided(record):
                 raise
         fix = (
             f"An operator or a probe recorded this value; correct it with {tool}.amend("
@@ -261,16 +253,6 @@ class _Guard(Generic[T_co]):
         if record.state is State.FAILED:
             return failed_from(record)
         return Succeeded(record.key, self.replay(record), replayed=True)
-
-    def _mark(self, record: Record, reason: DoubtReason) -> bool:
-        """Mark an abandoned attempt IN_DOUBT, or record proof on one in doubt on suspicion.
-
-        Returns False if the row moved on meanwhile: its owner finished after all, or the
-        key was resolved or claimed again. The caller then decides again.
-        """
-        if not may_mark(record, reason):
-            return True
-        return self.store.mark_in_doubt(record.key, record.attempt_id, reason)
 
     def _probe(self, record: Record, reason: DoubtReason) -> str | None:
         """Ask the probe about the in-doubt ``record`` and apply its answer.
@@ -380,50 +362,60 @@ class _Guard(Generic[T_co]):
             key, result=result, encode=self._checked, tool=self.name, note=note
         )
 
-    def _attempt(self, digest: str, previous: Record | None, key: str) -> Record | None:
-        checkpoint("before_claim")
-        return self.store.claim(
-            key, self.name, digest, attempt_id=uuid.uuid4().hex, previous=previous
+    def _steps(self, key: str, digest: str) -> Generator[Request, object, Outcome[T_co]]:
+        """The call's requests for a driver to carry out (see ``_call``)."""
+        return cast(
+            "Generator[Request, object, Outcome[T_co]]",
+            guarded_call(
+                key,
+                digest,
+                tool=self.name,
+                wait=self.wait,
+                probing=self.reconcile is not None,
+                replay=self._replay,
+                encode=self._encode,
+                utc_now=utc_now,
+            ),
         )
 
-    def _ended(self, record: Record, value: object) -> Outcome[T_co]:
-        """Record the value the action returned; return ``Succeeded``."""
-        checkpoint("after_call")
-        try:
-            stored = encode(value, self.return_type)
-        except ResultNotStorableError as exc:
-            # It ran, so it must never run again; but without a storable result a replay has
-            # nothing to return: leave the key for an operator to resolve with the value.
-            self._finish(
-                record,
-                State.IN_DOUBT,
-                error_type="safeact.ResultNotStorable",
-                error_message=f"the action ran but its result could not be stored: {_message(exc)}",
-                doubt_reason=DoubtReason.RESULT_NOT_STORED,
-            )
-            recorded = False
-        else:
-            recorded = self._finish(record, State.SUCCEEDED, result=stored)
-        checkpoint("after_record")
-        return Succeeded(record.key, cast("T_co", value), recorded=recorded)
+    def _look(self, owner: Owner) -> Sighting:
+        return Sighting(gone=self.store._owner_gone(owner), lost=self.store._owner_lost(owner))
 
-    def _raised(self, record: Record, exc: Exception) -> Failed:
-        """Record the exception the action raised; return ``Failed``."""
-        checkpoint("after_call")
-        error_type, message = _type_name(type(exc)), _message(exc)
-        recorded = self._finish(record, State.FAILED, error_type=error_type, error_message=message)
-        checkpoint("after_record")
-        return Failed(record.key, self.name, error_type, message, recorded=recorded, exception=exc)
+    def _claim(self, claim: Claim) -> Record | None:
+        return self.store._claim(
+            claim.key,
+            self.name,
+            claim.args_hash,
+            attempt_id=uuid.uuid4().hex,
+            previous=claim.previous,
+        )
 
-    def _finish(self, record: Record, state: State, **outcome: Any) -> bool:
+    def _mark(self, mark: Mark) -> bool:
+        return self.store._mark_in_doubt(mark.record.key, mark.record.attempt_id, mark.reason)
+
+    def _ended_by_interrupt(self, record: Record) -> None:
+        """The action was interrupted: mark the attempt, unless in a child forked inside it."""
+        if owner_may_write(record, os.getpid()):
+            self._interrupted(record)
+
+    def _finish(self, finish: Finish) -> bool:
         """Record the end of this attempt; return whether the ledger has it.
 
         Trouble recording it (a lost connection, a lock timeout, a full disk) is logged, the
         key is marked in doubt (result not stored) at once by another route, and the
         caller's outcome says ``recorded=False``.
         """
+        record, state = finish.record, finish.state
         try:
-            written = self.store.finish(record.key, record.attempt_id, state=state, **outcome)
+            written = self.store._finish(
+                record.key,
+                record.attempt_id,
+                state=state,
+                result=finish.result,
+                error_type=finish.error_type,
+                error_message=finish.error_message,
+                doubt_reason=finish.doubt_reason,
+            )
         except Exception as exc:
             logger.exception(
                 "%s: could not record %s for key %r; marking it in doubt",
@@ -451,7 +443,7 @@ class _Guard(Generic[T_co]):
         A few short tries, each on a fresh connection; never raise.
         """
         did = "raised" if state is State.FAILED else "ran"
-        detail = f"the action {did}, but its outcome could not be stored: {_message(failure)}"
+        detail = f"the action {did}, but its outcome could not be stored: {message_of(failure)}"
         reason = (
             DoubtReason.FAILURE_NOT_STORED
             if state is State.FAILED
@@ -461,7 +453,7 @@ class _Guard(Generic[T_co]):
             time.sleep(pause)
             try:
                 self.store._reset_connection()  # noqa: SLF001 - the tool and its store are one
-                self.store.mark_in_doubt(record.key, record.attempt_id, reason, detail=detail)
+                self.store._mark_in_doubt(record.key, record.attempt_id, reason, detail=detail)
             except Exception:  # noqa: BLE001, S112 - logged once below if every try fails
                 continue
             return
@@ -474,7 +466,7 @@ class _Guard(Generic[T_co]):
     def _interrupted(self, record: Record) -> None:
         """Mark this attempt IN_DOUBT (interrupted), so nobody waits on it; never raise."""
         try:
-            self.store.mark_in_doubt(record.key, record.attempt_id, DoubtReason.INTERRUPTED)
+            self.store._mark_in_doubt(record.key, record.attempt_id, DoubtReason.INTERRUPTED)
         except Exception:
             logger.exception("%s: could not mark key %r in doubt", self.name, record.key)
 
@@ -530,52 +522,44 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
                 IN_DOUBT (interrupted).
 
         """
-        digest = self._digest(key, args, kwargs)
-        record = self.store.get(key)
-        deadline, pause, probed = time.monotonic() + self.wait, _FIRST_PAUSE, False
-        withheld: str | None = None
-        while True:
-            match self._next(record, digest):
-                case Replay(stored):
-                    return self._replay(stored)
-                case Run(previous):
-                    claimed = self._attempt(digest, previous, key)
-                    if claimed is not None:
-                        return self._run(claimed, args, kwargs)
-                case Doubt(unsettled, reason):
-                    if not self._mark(unsettled, reason):
-                        pass  # the row moved on before it could be marked: decide again
-                    elif self.reconcile is None or probed:
-                        return in_doubt_from(unsettled, reason, withheld)
-                    else:
-                        withheld = self._probe(unsettled, reason)
-                        probed = True
-                case Wait(running):
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return in_doubt_from(running, DoubtReason.IN_FLIGHT)
-                    time.sleep(min(pause, left))
-                    pause = min(2 * pause, _LONGEST_PAUSE)
-            record = self.store.get(key)
+        steps = self._steps(key, self._digest(key, args, kwargs))
+        answer: object = None
+        try:
+            while True:
+                answer = self._perform(steps.send(answer), args, kwargs)
+        except StopIteration as done:
+            return cast("Outcome[T_co]", done.value)
 
-    def _run(
-        self, record: Record, args: tuple[object, ...], kwargs: dict[str, object]
-    ) -> Outcome[T_co]:
-        checkpoint("after_claim")
-        with self.store.hold(record):
-            try:
-                value = self._fn(record.key, *args, **kwargs)  # type: ignore[arg-type] # P was checked by the caller's signature
-            except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
-                if not owner_may_write(record, os.getpid()):
-                    return _forked_failure(record, self.name, exc)
-                return self._raised(record, exc)
-            except BaseException:
-                if owner_may_write(record, os.getpid()):
-                    self._interrupted(record)
-                raise
-        if not owner_may_write(record, os.getpid()):
-            return Succeeded(record.key, value, recorded=False)
-        return self._ended(record, value)
+    def _perform(  # noqa: C901, PLR0911 - a case per request
+        self, request: Request, args: tuple[object, ...], kwargs: dict[str, object]
+    ) -> object:
+        """Carry out one request of the call, blocking."""
+        match request:
+            case Read(key):
+                return self.store.get(key)
+            case Look(owner):
+                return self._look(owner)
+            case Claim():
+                return self._claim(request)
+            case Mark():
+                return self._mark(request)
+            case Ask(record, reason):
+                return self._probe(record, reason)
+            case Pause(seconds):
+                time.sleep(seconds)
+                return None
+            case Act(record):
+                with self.store._hold(record):
+                    try:
+                        value = self._fn(record.key, *args, **kwargs)  # type: ignore[arg-type] # P was checked by the caller's signature
+                    except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
+                        return Raised(exc, os.getpid())
+                    except BaseException:
+                        self._ended_by_interrupt(record)
+                        raise
+                return Returned(value, os.getpid())
+            case Finish():
+                return self._finish(request)
 
 
 class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
@@ -614,60 +598,49 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
     @_key_given
     async def __call__(self, key: str, /, *args: P.args, **kwargs: P.kwargs) -> Outcome[T_co]:
         """Run the coroutine function at most once for ``key``; see ``SafeTool.__call__``."""
+        steps = self._steps(key, self._digest(key, args, kwargs))
+        answer: object = None
+        try:
+            while True:
+                answer = await self._perform(steps.send(answer), args, kwargs)
+        except StopIteration as done:
+            return cast("Outcome[T_co]", done.value)
+
+    async def _perform(  # noqa: C901, PLR0911 - a case per request
+        self, request: Request, args: tuple[object, ...], kwargs: dict[str, object]
+    ) -> object:
+        """Carry out one request of the call: the ledger's work in a worker thread."""
         import asyncio  # noqa: PLC0415 - only async callers pay for it (~20 ms)
 
-        digest = self._digest(key, args, kwargs)
-        record = await asyncio.to_thread(self.store.get, key)
-        deadline, pause, probed = time.monotonic() + self.wait, _FIRST_PAUSE, False
-        withheld: str | None = None
-        while True:
-            match self._next(record, digest):
-                case Replay(stored):
-                    return self._replay(stored)
-                case Run(previous):
-                    claimed = await _unstoppable(
-                        asyncio.to_thread(self._attempt, digest, previous, key),
-                        on_cancel=self._interrupted,
-                    )
-                    if claimed is not None:
-                        return await self._run(claimed, args, kwargs)
-                case Doubt(unsettled, reason):
-                    if not await asyncio.to_thread(self._mark, unsettled, reason):
-                        pass  # the row moved on before it could be marked: decide again
-                    elif self.reconcile is None or probed:
-                        return in_doubt_from(unsettled, reason, withheld)
-                    else:
-                        withheld = await asyncio.to_thread(self._probe, unsettled, reason)
-                        probed = True
-                case Wait(running):
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        return in_doubt_from(running, DoubtReason.IN_FLIGHT)
-                    await asyncio.sleep(min(pause, left))
-                    pause = min(2 * pause, _LONGEST_PAUSE)
-            record = await asyncio.to_thread(self.store.get, key)
-
-    async def _run(
-        self, record: Record, args: tuple[object, ...], kwargs: dict[str, object]
-    ) -> Outcome[T_co]:
-        import asyncio  # noqa: PLC0415 - only async callers pay for it (~20 ms)
-
-        checkpoint("after_claim")
-        with self.store.hold(record):
-            try:
-                value = await self._fn(record.key, *args, **kwargs)  # type: ignore[arg-type] # P was checked by the caller's signature
-            except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
-                if not owner_may_write(record, os.getpid()):
-                    return _forked_failure(record, self.name, exc)
-                return await _unstoppable(asyncio.to_thread(self._raised, record, exc))
-            except BaseException:
-                # Blocking for one short write: an await here could itself be cancelled.
-                if owner_may_write(record, os.getpid()):
-                    self._interrupted(record)
-                raise
-        if not owner_may_write(record, os.getpid()):
-            return Succeeded(record.key, value, recorded=False)
-        return await _unstoppable(asyncio.to_thread(self._ended, record, value))
+        match request:
+            case Read(key):
+                return await asyncio.to_thread(self.store.get, key)
+            case Look(owner):
+                return await asyncio.to_thread(self._look, owner)
+            case Claim():
+                return await _unstoppable(
+                    asyncio.to_thread(self._claim, request), on_cancel=self._interrupted
+                )
+            case Mark():
+                return await asyncio.to_thread(self._mark, request)
+            case Ask(record, reason):
+                return await asyncio.to_thread(self._probe, record, reason)
+            case Pause(seconds):
+                await asyncio.sleep(seconds)
+                return None
+            case Act(record):
+                with self.store._hold(record):
+                    try:
+                        value = await self._fn(record.key, *args, **kwargs)  # type: ignore[arg-type] # P was checked by the caller's signature
+                    except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
+                        return Raised(exc, os.getpid())
+                    except BaseException:
+                        # Blocking for one short write: an await here could itself be cancelled.
+                        self._ended_by_interrupt(record)
+                        raise
+                return Returned(value, os.getpid())
+            case Finish():
+                return await _unstoppable(asyncio.to_thread(self._finish, request))
 
 
 async def _unstoppable(
@@ -799,30 +772,3 @@ def _takes_str(annotation: object) -> bool:
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         return any(_takes_str(member) for member in typing.get_args(annotation))
     return False
-
-
-def _forked_failure(record: Record, tool: str, exc: Exception) -> Failed:
-    """What a child forked inside the action gets when the action raises there: not recorded.
-
-    The attempt is its parent's; the child's exception says nothing about the parent's
-    action, so the ledger is left alone.
-    """
-    return Failed(
-        record.key, tool, _type_name(type(exc)), _message(exc), recorded=False, exception=exc
-    )
-
-
-def _message(exc: Exception) -> str:
-    """Return ``str(exc)`` as storable text, whatever the exception's ``__str__`` does."""
-    try:
-        text = str(exc)
-    except Exception as failure:  # noqa: BLE001 - a broken __str__ must not lose the outcome
-        text = f"<str() of the exception raised {type(failure).__name__}>"
-    # Lone surrogates do not encode, and PostgreSQL text holds no NUL: escape both.
-    return text.encode("utf-8", "backslashreplace").decode().replace("\x00", "\\x00")
-
-
-def _type_name(cls: type[BaseException]) -> str:
-    if cls.__module__ == "builtins":
-        return cls.__qualname__
-    return f"{cls.__module__}.{cls.__qualname__}"

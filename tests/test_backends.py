@@ -64,12 +64,12 @@ def test_two_stores_of_one_process_share_its_liveness(postgres_ledger: str) -> N
         assert safe(first, name="a")(seven)("k1").unwrap() == 7
         assert safe(second, name="b")(seven)("k2").unwrap() == 7
         first.close()
-        assert not second.owner_gone(second.owner)
+        assert not second._owner_gone(second.owner)
 
 
 def test_a_claims_owner_is_read_back_whole(store: Store) -> None:
     """The owner's machine id and PID namespace are stored with a claim and read back."""
-    claimed = store.claim("k", "t", "h", attempt_id="a", previous=None)
+    claimed = store._claim("k", "t", "h", attempt_id="a", previous=None)
     assert claimed is not None
     assert claimed.owner == store.owner
     assert store.owner.pid_namespace

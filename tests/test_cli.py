@@ -76,7 +76,7 @@ def make_ledger(path: Path) -> list[Record]:
         paying = safe(store, name="pay")(pay)
         paying("pay-1", 5)
         safe(store, name="mail")(mail)("mail-1", "a@example.com")
-        store.claim("pay-2", "pay", "h", attempt_id="dead", previous=None)
+        store._claim("pay-2", "pay", "h", attempt_id="dead", previous=None)
         with Saga("order-1", store) as saga:
             saga.step(paying, 7)
         bury_owners(store)
@@ -525,7 +525,7 @@ def test_ls_says_which_process_runs_a_live_key(
 ) -> None:
     """A key claimed by a live process is listed as running, under that process."""
     with get_store(ledger) as store:
-        store.claim("live", "pay", "h", attempt_id="a", previous=None)
+        store._claim("live", "pay", "h", attempt_id="a", previous=None)
         owner = store.owner
     assert main(["ls", str(ledger)]) == 0
     row = columns(capsys.readouterr().out.splitlines())[1]

@@ -64,7 +64,7 @@ def test_doubt_and_resolve_work_on_a_url(postgres_ledger: str) -> None:
     """A crashed owner's key is listed by `doubt` (exit 1), resolved, then gone from it."""
     with get_store(postgres_ledger) as store:
         safe(store, name="pay")(pay)("paid")
-        store.claim("lost", "pay", "h", attempt_id="dead", previous=None)
+        store._claim("lost", "pay", "h", attempt_id="dead", previous=None)
         bury_owners(store)
     doubt = run("doubt", postgres_ledger)
     assert doubt.returncode == 1

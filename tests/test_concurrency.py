@@ -87,7 +87,7 @@ def test_sixteen_threads_on_a_released_key_run_it_once_more(store: Store, tmp_pa
     effects = tmp_path / "effects"
     charge = charge_tool(store, effects)
     digest = args_hash(charge._signature, (50,), {})
-    store.claim(KEY, charge.name, digest, attempt_id="dead", previous=None)
+    store._claim(KEY, charge.name, digest, attempt_id="dead", previous=None)
     bury_owners(store)
     store.resolve(KEY, happened=False)
     outcomes = call_together(charge, 16, [KEY])

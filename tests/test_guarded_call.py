@@ -160,7 +160,7 @@ def test_attempting_key_is_reported_in_doubt_with_receipt(store: Store) -> None:
     """A key left ATTEMPTING by a caller that died is InDoubt (crashed), marked so, not run."""
     runs: list[str] = []
     charge = make_charge(store, runs)
-    store.claim("k", charge.name, _hash_of(charge, "a@b.c", 7), attempt_id="dead", previous=None)
+    store._claim("k", charge.name, _hash_of(charge, "a@b.c", 7), attempt_id="dead", previous=None)
     bury_owners(store)
     outcome = charge("k", "a@b.c", 7)
     assert isinstance(outcome, InDoubt)
@@ -203,7 +203,7 @@ def test_owner_completion_replaces_in_doubt(store: Store) -> None:
     def charge(key: str) -> int:
         record = store.get(key)
         assert record is not None
-        store.mark_in_doubt(key, record.attempt_id, DoubtReason.LEASE_EXPIRED)
+        store._mark_in_doubt(key, record.attempt_id, DoubtReason.LEASE_EXPIRED)
         return 1
 
     assert charge("k") == Succeeded("k", 1)
@@ -220,7 +220,7 @@ def test_owner_failure_replaces_in_doubt(store: Store) -> None:
     def charge(key: str) -> int:
         record = store.get(key)
         assert record is not None
-        store.mark_in_doubt(key, record.attempt_id, DoubtReason.CRASHED)
+        store._mark_in_doubt(key, record.attempt_id, DoubtReason.CRASHED)
         raise RuntimeError("declined")
 
     assert isinstance(charge("k"), Failed)
@@ -258,7 +258,7 @@ def test_conflict_is_checked_for_in_doubt_keys_too(store: Store) -> None:
     """Other arguments on an unsettled key are a conflict, not a doubt."""
     runs: list[str] = []
     charge = make_charge(store, runs)
-    store.claim("k", charge.name, _hash_of(charge, "a@b.c", 7), attempt_id="dead", previous=None)
+    store._claim("k", charge.name, _hash_of(charge, "a@b.c", 7), attempt_id="dead", previous=None)
     bury_owners(store)
     with pytest.raises(KeyConflictError):
         charge("k", "a@b.c", 8)

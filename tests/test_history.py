@@ -86,7 +86,7 @@ def test_an_abandoned_attempt_is_marked_in_doubt_by_the_caller_that_finds_it(
     def act(key: str) -> int:
         return 1
 
-    store.claim("k", "act", act._digest("k", (), {}), attempt_id="a", previous=None)
+    store._claim("k", "act", act._digest("k", (), {}), attempt_id="a", previous=None)
     assert callable(abandon)
     abandon(store)
     assert isinstance(act("k"), InDoubt)
@@ -125,10 +125,10 @@ def test_a_result_that_cannot_be_stored_is_recorded_as_such(store: Store) -> Non
 
 def test_resolve_records_the_operator_and_the_note(store: Store) -> None:
     """A resolve is logged as resolved, by the operator, with the note; a re-run is a new claim."""
-    store.claim("k", "act", "h", attempt_id="a", previous=None)
+    store._claim("k", "act", "h", attempt_id="a", previous=None)
     bury_owners(store)
     released = store.resolve("k", happened=False, note="bank says no transfer")
-    store.claim("k", "act", "h", attempt_id="b", previous=released)
+    store._claim("k", "act", "h", attempt_id="b", previous=released)
     history = store.history("k")
     assert steps(history) == [
         (None, State.ATTEMPTING, Why.CLAIMED),
@@ -145,11 +145,11 @@ def test_resolve_records_the_operator_and_the_note(store: Store) -> None:
 
 def test_a_late_completion_is_in_the_history_with_its_own_attempt(store: Store) -> None:
     """An attempt that finishes after its key moved on leaves a late_completion event."""
-    store.claim("k", "act", "h", attempt_id="a", previous=None)
+    store._claim("k", "act", "h", attempt_id="a", previous=None)
     expire_leases(store)
     released = store.resolve("k", happened=False, force=True)
-    store.claim("k", "act", "h", attempt_id="b", previous=released)
-    assert not store.finish("k", "a", state=State.SUCCEEDED, result=1)
+    store._claim("k", "act", "h", attempt_id="b", previous=released)
+    assert not store._finish("k", "a", state=State.SUCCEEDED, result=1)
     last = store.history("k")[-1]
     assert (last.from_state, last.to_state, last.why, last.attempt_id) == (
         State.ATTEMPTING,
@@ -279,7 +279,7 @@ def test_a_successful_probe_closes_the_key_in_one_logged_step(store: Store) -> N
     def act(key: str) -> int:
         raise AssertionError
 
-    store.claim("k", "act", act._digest("k", (), {}), attempt_id="a", previous=None)
+    store._claim("k", "act", act._digest("k", (), {}), attempt_id="a", previous=None)
     bury_owners(store)
     assert act("k") == Succeeded("k", 7, replayed=True)
     last = store.history("k")[-1]

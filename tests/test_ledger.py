@@ -173,9 +173,9 @@ def test_list_in_doubt_shows_what_needs_a_decision_oldest_first(
     """IN_DOUBT keys and dead owners' ATTEMPTING keys are listed; live and settled ones not."""
     runs: list[str] = []
     act = in_doubt_tool(store, runs)
-    store.claim("j", "act", "h", attempt_id="a", previous=None)
+    store._claim("j", "act", "h", attempt_id="a", previous=None)
     bury_owners(store)
-    store.claim("live", "act", "h", attempt_id="b", previous=None)
+    store._claim("live", "act", "h", attempt_id="b", previous=None)
 
     @safe(store, name="ok")
     def ok(key: str) -> None:
@@ -210,7 +210,7 @@ def test_resolve_not_happened_lets_the_next_call_run(store: SqliteStore) -> None
 
 def test_resolve_attempting_key(store: SqliteStore) -> None:
     """A key left ATTEMPTING (its caller killed) can be resolved directly."""
-    store.claim("k", "act", "h", attempt_id="a", previous=None)
+    store._claim("k", "act", "h", attempt_id="a", previous=None)
     bury_owners(store)
     assert store.resolve("k", happened=True, result=[1]).result == [1]
 
@@ -240,21 +240,21 @@ def test_resolving_a_settled_or_unknown_key_is_refused(store: SqliteStore, happe
 
 def test_resolve_refuses_result_with_not_happened(store: SqliteStore) -> None:
     """A result with happened=False is a ValueError."""
-    store.claim("k", "act", "h", attempt_id="a", previous=None)
+    store._claim("k", "act", "h", attempt_id="a", previous=None)
     with pytest.raises(ValueError, match="only with happened=True"):
         store.resolve("k", happened=False, result=1)
 
 
 def test_resolve_refuses_infinity(store: SqliteStore) -> None:
     """Infinity is refused as a resolved result: the ledger holds standard JSON only."""
-    store.claim("k", "act", "h", attempt_id="a", previous=None)
+    store._claim("k", "act", "h", attempt_id="a", previous=None)
     with pytest.raises(ValueError, match="cannot store inf as a result"):
         store.resolve("k", happened=True, result=float("inf"))
 
 
 def test_resolve_refuses_a_result_that_is_not_json(store: SqliteStore) -> None:
     """A result that cannot be stored is a ValueError and the key stays unsettled."""
-    store.claim("k", "act", "h", attempt_id="a", previous=None)
+    store._claim("k", "act", "h", attempt_id="a", previous=None)
     with pytest.raises(ValueError, match="cannot store"):
         store.resolve("k", happened=True, result=object())
     record = store.get("k")
@@ -286,7 +286,7 @@ def test_fsync_attempts_false_never_syncs_a_claim(ledger: Path) -> None:
     statements: list[str] = []
     with SqliteStore(ledger, fsync_attempts=False) as store:
         store._connection().set_trace_callback(statements.append)
-        store.claim("k", "act", "h", attempt_id="a", previous=None)
+        store._claim("k", "act", "h", attempt_id="a", previous=None)
     assert "PRAGMA synchronous = FULL" not in statements
 
 
@@ -309,10 +309,10 @@ def test_version_is_the_project_version() -> None:
 
 def test_stale_resolve_does_not_touch_a_newer_attempt(store: SqliteStore) -> None:
     """resolve(attempt_id=old) fails once the key was released and claimed again."""
-    store.claim("k", "act", "h", attempt_id="first", previous=None)
+    store._claim("k", "act", "h", attempt_id="first", previous=None)
     bury_owners(store)
     released = store.resolve("k", happened=False, attempt_id="first")
-    store.claim("k", "act", "h", attempt_id="second", previous=released)
+    store._claim("k", "act", "h", attempt_id="second", previous=released)
     bury_owners(store)
     with pytest.raises(SafeError, match=r"attempt first is over.*now at attempt second"):
         store.resolve("k", happened=False, attempt_id="first")
@@ -324,7 +324,7 @@ def test_stale_resolve_does_not_touch_a_newer_attempt(store: SqliteStore) -> Non
 
 def test_resolve_happened_needs_a_result(store: SqliteStore) -> None:
     """happened=True without result= is a ValueError: a replay needs a value."""
-    store.claim("k", "act", "h", attempt_id="a", previous=None)
+    store._claim("k", "act", "h", attempt_id="a", previous=None)
     bury_owners(store)
     with pytest.raises(ValueError, match="needs result="):
         store.resolve("k", happened=True)
@@ -333,31 +333,31 @@ def test_resolve_happened_needs_a_result(store: SqliteStore) -> None:
 
 def test_stale_claim_of_a_released_key_loses(store: SqliteStore) -> None:
     """Only one caller takes a RELEASED row over; a claim based on an older row gets None."""
-    store.claim("k", "act", "h", attempt_id="a", previous=None)
+    store._claim("k", "act", "h", attempt_id="a", previous=None)
     bury_owners(store)
     released = store.resolve("k", happened=False)
-    assert store.claim("k", "act", "h", attempt_id="b", previous=released) is not None
+    assert store._claim("k", "act", "h", attempt_id="b", previous=released) is not None
     bury_owners(store)
-    assert store.claim("k", "act", "h", attempt_id="c", previous=released) is None
+    assert store._claim("k", "act", "h", attempt_id="c", previous=released) is None
     released_again = store.resolve("k", happened=False)
-    assert store.claim("k", "act", "h", attempt_id="d", previous=released) is None
-    assert store.claim("k", "act", "h", attempt_id="e", previous=released_again) is not None
+    assert store._claim("k", "act", "h", attempt_id="d", previous=released) is None
+    assert store._claim("k", "act", "h", attempt_id="e", previous=released_again) is not None
 
 
 def test_claim_of_a_finished_key_loses(store: SqliteStore) -> None:
     """A RELEASED row that its owner finished meanwhile cannot be claimed from the old view."""
-    store.claim("k", "act", "h", attempt_id="a", previous=None)
+    store._claim("k", "act", "h", attempt_id="a", previous=None)
     bury_owners(store)
     released = store.resolve("k", happened=False)
-    store.finish("k", "a", state=State.SUCCEEDED, result=1)
-    assert store.claim("k", "act", "h", attempt_id="b", previous=released) is None
+    store._finish("k", "a", state=State.SUCCEEDED, result=1)
+    assert store._claim("k", "act", "h", attempt_id="b", previous=released) is None
 
 
 def test_in_doubt_mark_never_overwrites_a_finished_attempt(store: SqliteStore) -> None:
     """A caller that saw ATTEMPTING but marks after the owner finished changes nothing."""
-    store.claim("k", "act", "h", attempt_id="a", previous=None)
-    store.finish("k", "a", state=State.SUCCEEDED, result=1)
-    store.mark_in_doubt("k", "a", DoubtReason.CRASHED)
+    store._claim("k", "act", "h", attempt_id="a", previous=None)
+    store._finish("k", "a", state=State.SUCCEEDED, result=1)
+    store._mark_in_doubt("k", "a", DoubtReason.CRASHED)
     record = store.get("k")
     assert record is not None
     assert record.state is State.SUCCEEDED
@@ -367,11 +367,11 @@ def test_claim_of_a_released_key_is_synced(ledger: Path) -> None:
     """Taking over a RELEASED row is an ATTEMPTING commit too: synchronous=FULL."""
     statements: list[str] = []
     with SqliteStore(ledger) as store:
-        store.claim("k", "act", "h", attempt_id="a", previous=None)
+        store._claim("k", "act", "h", attempt_id="a", previous=None)
         bury_owners(store)
         released = store.resolve("k", happened=False)
         store._connection().set_trace_callback(statements.append)
-        assert store.claim("k", "act", "h", attempt_id="b", previous=released) is not None
+        assert store._claim("k", "act", "h", attempt_id="b", previous=released) is not None
     (update,) = [i for i, s in enumerate(statements) if s.startswith("UPDATE calls")]
     assert _synchronous_before(statements, update) == "FULL"
 
@@ -500,7 +500,7 @@ def test_store_and_tool_say_what_they_are(store: SqliteStore) -> None:
 
 def test_resolve_refuses_a_key_whose_owner_is_running(store: SqliteStore) -> None:
     """A live owner's ATTEMPTING key is not in doubt: resolve refuses it and changes nothing."""
-    store.claim("k", "act", "h", attempt_id="a", previous=None)
+    store._claim("k", "act", "h", attempt_id="a", previous=None)
     with pytest.raises(SafeError, match=r"running right now \(process \d+ on "):
         store.resolve("k", happened=False)
     record = store.get("k")

@@ -223,7 +223,7 @@ def test_migrating_a_schema_2_ledger_keeps_its_keys_and_history(v2_ledger: Path)
         assert {record.owner for record in records.values()} == {V2_OWNER}
         assert [e.why for e in store.history("paid-2")] == [Why.CLAIMED, Why.RAN]
         # An owner without a machine id is judged as before: by host name, boot and process.
-        assert store.owner_gone(records["running-2"].owner)
+        assert store._owner_gone(records["running-2"].owner)
 
 
 def test_a_migrated_schema_2_ledger_has_the_schema_of_a_new_one(
@@ -239,7 +239,7 @@ def test_a_migrated_schema_2_ledger_has_the_schema_of_a_new_one(
 def test_a_claim_records_its_owners_machine_and_pid_namespace(ledger: Path) -> None:
     """The columns new in schema 3 hold the claiming process's machine id and PID namespace."""
     with get_store(ledger) as store:
-        claimed = store.claim("k", "t", "h", attempt_id="a", previous=None)
+        claimed = store._claim("k", "t", "h", attempt_id="a", previous=None)
         assert claimed is not None
         assert store.get("k") == claimed
     connection = sqlite3.connect(ledger)

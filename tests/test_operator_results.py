@@ -150,7 +150,7 @@ def test_a_probes_value_can_be_amended(store: Store) -> None:
     in_doubt(store, runs)
     record = store.get("k")
     assert record is not None
-    store.settle(record, State.SUCCEEDED, "7", why=Why.RECONCILED, note="probe said so")
+    store._settle(record, State.SUCCEEDED, "7", why=Why.RECONCILED, note="probe said so")
     assert store.amend("k", result=8).result == 8
 
 
@@ -216,7 +216,7 @@ def shop(tmp_path: Path, ledger: Path) -> Path:
     """A project directory whose module shop.py defines tool shop.refund, key r-1 in doubt."""
     (tmp_path / "shop.py").write_text(SHOP)
     with get_store(ledger) as store:
-        store.claim("r-1", "shop.refund", "h", attempt_id="a", previous=None)
+        store._claim("r-1", "shop.refund", "h", attempt_id="a", previous=None)
         bury_owners(store)
     return tmp_path
 
@@ -253,7 +253,7 @@ def test_cli_happened_needs_an_explicit_result(
 @pytest.fixture
 def full_ledger(ledger: Path) -> Path:
     with get_store(ledger) as store:
-        store.claim("r-1", "shop.refund", "h", attempt_id="a", previous=None)
+        store._claim("r-1", "shop.refund", "h", attempt_id="a", previous=None)
         bury_owners(store)
     return ledger
 

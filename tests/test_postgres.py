@@ -607,7 +607,7 @@ def test_a_schema_2_database_is_refused_until_migrated_then_keeps_its_keys(
         assert old is not None
         assert (old.state, old.result) == (State.SUCCEEDED, 5)
         assert old.owner == Owner("old-host", "old-boot", 7, 70, machine_id="", pid_namespace="")
-        claimed = store.claim("new", "tests.charge", "h", attempt_id="a-2", previous=None)
+        claimed = store._claim("new", "tests.charge", "h", attempt_id="a-2", previous=None)
         assert claimed is not None
         assert claimed.owner == store.owner
         assert claimed.owner.pid_namespace

@@ -268,10 +268,10 @@ def test_an_owner_whose_liveness_session_ended_is_lost_but_not_gone(
 ) -> None:
     """Another host calls an owner whose lock is free lost (a suspicion), never gone (proof)."""
     with get_store(postgres_ledger, host="host-b", lease=LONG_LEASE) as observer:
-        before = observer.owner_lost(owner.owner)
+        before = observer._owner_lost(owner.owner)
         (ended,) = holders_of(admin, _owner_lock(owner.owner))
         terminate(admin, ended)
-        after = (observer.owner_lost(owner.owner), observer.owner_gone(owner.owner))
+        after = (observer._owner_lost(owner.owner), observer._owner_gone(owner.owner))
     assert (before, after) == (False, (True, False))
 
 
@@ -286,7 +286,7 @@ def test_an_owners_lock_held_in_another_database_does_not_make_it_look_alive(
         psycopg.connect(elsewhere, autocommit=True) as other_database,
     ):
         other_database.execute("SELECT pg_advisory_lock(%s)", (_owner_lock(stranger),))
-        assert observer.owner_lost(stranger)
+        assert observer._owner_lost(stranger)
 
 
 def test_stores_of_one_process_logged_in_as_two_roles_share_its_liveness_lock(

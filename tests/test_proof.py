@@ -38,7 +38,7 @@ def bury(store: Store, key: str) -> None:
 
 def suspect(store: Store, key: str = "k") -> str:
     """Leave ``key`` ATTEMPTING under this live process, its lease run out; return the attempt."""
-    record = store.claim(key, "act", "h", attempt_id="a1", previous=None)
+    record = store._claim(key, "act", "h", attempt_id="a1", previous=None)
     assert record is not None
     expire_leases(store)
     return record.attempt_id
@@ -90,9 +90,9 @@ def test_proof_is_checked_when_the_release_is_decided(store: Store) -> None:
 
 def test_an_interrupted_owner_is_not_proof_while_its_process_lives(store: Store) -> None:
     """An interruption is the owner's word, not proof: work it started may still run."""
-    record = store.claim("k", "act", "h", attempt_id="a1", previous=None)
+    record = store._claim("k", "act", "h", attempt_id="a1", previous=None)
     assert record is not None
-    assert store.mark_in_doubt("k", "a1", DoubtReason.INTERRUPTED)
+    assert store._mark_in_doubt("k", "a1", DoubtReason.INTERRUPTED)
     with pytest.raises(NotProvenError, match="interrupted"):
         store.resolve("k", happened=False)
     bury(store, "k")
@@ -139,7 +139,7 @@ def test_an_owner_marks_its_key_released_by_force_while_it_ran(store: Store) -> 
     """An owner interrupted after a forced release still keeps its key from running again."""
     suspect(store)
     store.resolve("k", happened=False, force=True)
-    assert store.mark_in_doubt("k", "a1", DoubtReason.INTERRUPTED)
+    assert store._mark_in_doubt("k", "a1", DoubtReason.INTERRUPTED)
     record = store.get("k")
     assert record is not None
     assert (record.state, record.doubt_reason) == (State.IN_DOUBT, DoubtReason.INTERRUPTED)
@@ -147,8 +147,8 @@ def test_an_owner_marks_its_key_released_by_force_while_it_ran(store: Store) -> 
 
 def test_a_failure_not_stored_is_released_only_on_proof(store: Store) -> None:
     """An action that raised, unrecorded, may be released once its owner is proven gone."""
-    store.claim("k", "act", "h", attempt_id="a1", previous=None)
-    assert store.mark_in_doubt("k", "a1", DoubtReason.FAILURE_NOT_STORED, detail="disk full")
+    store._claim("k", "act", "h", attempt_id="a1", previous=None)
+    assert store._mark_in_doubt("k", "a1", DoubtReason.FAILURE_NOT_STORED, detail="disk full")
     with pytest.raises(NotProvenError, match="raised"):
         store.resolve("k", happened=False)
     bury(store, "k")
@@ -160,8 +160,8 @@ def test_a_settle_on_an_owner_alive_again_is_refused(store: Store) -> None:
     suspect(store)
     stale = store.get("k")
     assert stale is not None
-    store.renew("k", "a1", "2999-01-01T00:00:00.000000+00:00")  # its heartbeat came back
-    refused = store.settle(stale, State.SUCCEEDED, "1", why=Why.RESOLVED, note=None)
+    store._renew("k", "a1", "2999-01-01T00:00:00.000000+00:00")  # its heartbeat came back
+    refused = store._settle(stale, State.SUCCEEDED, "1", why=Why.RESOLVED, note=None)
     assert isinstance(refused, Refusal)
     assert "running right now" in refused.reason
     current = store.get("k")
@@ -171,9 +171,9 @@ def test_a_settle_on_an_owner_alive_again_is_refused(store: Store) -> None:
 
 def test_a_result_not_stored_key_is_never_released(store: Store) -> None:
     """The ledger knows the action ran: happened=False is refused even with force."""
-    record = store.claim("k", "act", "h", attempt_id="a1", previous=None)
+    record = store._claim("k", "act", "h", attempt_id="a1", previous=None)
     assert record is not None
-    assert store.mark_in_doubt("k", "a1", DoubtReason.RESULT_NOT_STORED, detail="disk full")
+    assert store._mark_in_doubt("k", "a1", DoubtReason.RESULT_NOT_STORED, detail="disk full")
     bury(store, "k")
     for force in (False, True):
         with pytest.raises(SafeError, match="can only be resolved as happened"):
@@ -183,12 +183,12 @@ def test_a_result_not_stored_key_is_never_released(store: Store) -> None:
 
 def test_a_caller_cannot_replace_the_owners_own_word(store: Store) -> None:
     """A crash mark never replaces an owner's own 'result not stored'; proof replaces suspicion."""
-    store.claim("k", "act", "h", attempt_id="a1", previous=None)
-    assert store.mark_in_doubt("k", "a1", DoubtReason.LEASE_EXPIRED)
+    store._claim("k", "act", "h", attempt_id="a1", previous=None)
+    assert store._mark_in_doubt("k", "a1", DoubtReason.LEASE_EXPIRED)
     bury(store, "k")
-    assert store.mark_in_doubt("k", "a1", DoubtReason.CRASHED)
-    assert store.mark_in_doubt("k", "a1", DoubtReason.RESULT_NOT_STORED)
-    assert not store.mark_in_doubt("k", "a1", DoubtReason.CRASHED)
+    assert store._mark_in_doubt("k", "a1", DoubtReason.CRASHED)
+    assert store._mark_in_doubt("k", "a1", DoubtReason.RESULT_NOT_STORED)
+    assert not store._mark_in_doubt("k", "a1", DoubtReason.CRASHED)
     record = store.get("k")
     assert record is not None
     assert record.doubt_reason is DoubtReason.RESULT_NOT_STORED
@@ -196,8 +196,8 @@ def test_a_caller_cannot_replace_the_owners_own_word(store: Store) -> None:
 
 def test_crashed_is_written_only_with_proof(store: Store) -> None:
     """Marking an attempt CRASHED while its owner runs writes nothing."""
-    store.claim("k", "act", "h", attempt_id="a1", previous=None)
-    assert not store.mark_in_doubt("k", "a1", DoubtReason.CRASHED)
+    store._claim("k", "act", "h", attempt_id="a1", previous=None)
+    assert not store._mark_in_doubt("k", "a1", DoubtReason.CRASHED)
     record = store.get("k")
     assert record is not None
     assert record.state is State.ATTEMPTING
@@ -305,9 +305,9 @@ def test_a_happened_settle_is_never_replaced_by_the_owners_later_word(store: Sto
 
 def test_an_owners_word_replaces_a_row_in_doubt_on_suspicion(store: Store) -> None:
     """Before anything closed it, the owner's own completion replaces its in-doubt row."""
-    store.claim("k", "act", "h", attempt_id="a1", previous=None)
-    assert store.mark_in_doubt("k", "a1", DoubtReason.LEASE_EXPIRED)
-    assert store.finish("k", "a1", state=State.SUCCEEDED, result=3)
+    store._claim("k", "act", "h", attempt_id="a1", previous=None)
+    assert store._mark_in_doubt("k", "a1", DoubtReason.LEASE_EXPIRED)
+    assert store._finish("k", "a1", state=State.SUCCEEDED, result=3)
     record = store.get("k")
     assert record is not None
     assert (record.state, record.result) == (State.SUCCEEDED, 3)
@@ -341,7 +341,7 @@ def test_cli_reconcile_without_probes_records_proof_of_this_hosts_dead_owners(
     """`safeact reconcile LEDGER` (no probes) turns a dead local owner's suspicion into proof."""
     with get_store(ledger) as store:
         suspect(store)
-        assert store.mark_in_doubt("k", "a1", DoubtReason.LEASE_EXPIRED)
+        assert store._mark_in_doubt("k", "a1", DoubtReason.LEASE_EXPIRED)
         bury(store, "k")
     assert main(["reconcile", str(ledger)]) == 1
     assert "no probes given" in capsys.readouterr().out

@@ -34,7 +34,7 @@ KEY = "refund-8842"
 def left_in_doubt(store: Store, tool: _Guard[object], key: str, *args: object) -> None:
     """Leave ``key`` as a crashed process leaves it: ATTEMPTING under an owner that is gone."""
     digest = tool._digest(key, args, {})
-    store.claim(key, tool.name, digest, attempt_id="crashed", previous=None)
+    store._claim(key, tool.name, digest, attempt_id="crashed", previous=None)
     bury_owners(store)
 
 
@@ -192,7 +192,7 @@ def test_the_probe_is_not_asked_while_the_owner_runs(store: Store) -> None:
     def act(key: str) -> int:
         return 7
 
-    store.claim("k", "act", act._digest("k", (), {}), attempt_id="live", previous=None)
+    store._claim("k", "act", act._digest("k", (), {}), attempt_id="live", previous=None)
     outcome = act("k")
     assert isinstance(outcome, InDoubt)
     assert outcome.reason is DoubtReason.IN_FLIGHT

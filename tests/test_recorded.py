@@ -11,7 +11,7 @@ def lose_the_ledger_on_finish(store: Store, monkeypatch: pytest.MonkeyPatch) -> 
     def finish(*_: object, **__: object) -> bool:
         raise StoreError("connection lost")
 
-    monkeypatch.setattr(store, "finish", finish)
+    monkeypatch.setattr(store, "_finish", finish)
 
 
 def test_a_success_that_cannot_be_recorded_says_so(
@@ -67,7 +67,7 @@ def test_an_unwritable_outcome_is_marked_in_doubt_on_a_fresh_connection(
 ) -> None:
     """When the first try to mark the key fails too, a later try on a fresh connection marks it."""
     marks: list[str] = []
-    real_mark = store.mark_in_doubt
+    real_mark = store._mark_in_doubt
 
     def flaky_mark(*args: object, **kwargs: object) -> bool:
         marks.append("try")
@@ -78,7 +78,7 @@ def test_an_unwritable_outcome_is_marked_in_doubt_on_a_fresh_connection(
     @safe(store, name="act")
     def act(key: str) -> int:
         lose_the_ledger_on_finish(store, monkeypatch)
-        monkeypatch.setattr(store, "mark_in_doubt", flaky_mark)
+        monkeypatch.setattr(store, "_mark_in_doubt", flaky_mark)
         return 7
 
     assert act("k") == Succeeded("k", 7, recorded=False)

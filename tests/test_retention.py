@@ -59,9 +59,9 @@ def test_purge_removes_settled_keys_older_than_the_cutoff(store: Store) -> None:
 
 def test_purge_never_touches_keys_in_doubt(store: Store) -> None:
     """ATTEMPTING and IN_DOUBT keys survive any purge, and asking to purge them is refused."""
-    store.claim("attempting", "act", "h", attempt_id="a", previous=None)
-    store.claim("in-doubt", "act", "h", attempt_id="b", previous=None)
-    store.mark_in_doubt("in-doubt", "b", DoubtReason.CRASHED)
+    store._claim("attempting", "act", "h", attempt_id="a", previous=None)
+    store._claim("in-doubt", "act", "h", attempt_id="b", previous=None)
+    store._mark_in_doubt("in-doubt", "b", DoubtReason.CRASHED)
     assert store.purge(utc_now() + LATER, states=[State.SUCCEEDED, State.FAILED]) == Purged((), ())
     for states in ([State.IN_DOUBT], [State.SUCCEEDED, State.ATTEMPTING]):
         with pytest.raises(ValueError, match="never purged"):
@@ -80,7 +80,7 @@ def test_only_the_states_asked_for_are_purged(store: Store) -> None:
 
 def test_released_keys_can_be_purged(store: Store) -> None:
     """A released key (resolved as not having happened) is purged when asked for."""
-    store.claim("k", "act", "h", attempt_id="a", previous=None)
+    store._claim("k", "act", "h", attempt_id="a", previous=None)
     bury_owners(store)
     store.resolve("k", happened=False)
     assert store.purge(utc_now() + LATER, states=[State.RELEASED]).keys == ("k",)
@@ -112,12 +112,12 @@ def test_a_purged_key_keeps_its_history_and_is_forgotten(store: Store) -> None:
 
 def test_a_late_completion_goes_with_its_key(store: Store) -> None:
     """Purging a key removes its late completions too."""
-    store.claim("k", "act", "h", attempt_id="a", previous=None)
+    store._claim("k", "act", "h", attempt_id="a", previous=None)
     bury_owners(store)
     released = store.resolve("k", happened=False)
-    store.claim("k", "act", "h", attempt_id="b", previous=released)
-    store.finish("k", "a", state=State.SUCCEEDED, result=1)
-    store.finish("k", "b", state=State.SUCCEEDED, result=2)
+    store._claim("k", "act", "h", attempt_id="b", previous=released)
+    store._finish("k", "a", state=State.SUCCEEDED, result=1)
+    store._finish("k", "b", state=State.SUCCEEDED, result=2)
     assert len(store.late_completions("k")) == 1
     store.purge(utc_now() + LATER)
     assert store.late_completions() == []

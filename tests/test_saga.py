@@ -242,8 +242,8 @@ def test_list_sagas_puts_stuck_rollbacks_first(store: Store) -> None:
     bank = Bank()
     with Saga("done", store) as saga:
         saga.step(bank.act("charge"), 1)
-    store.begin_saga("stuck")
-    store.move_saga("stuck", SagaState.COMPENSATING, abort_reason="RuntimeError: x")
+    store._begin_saga("stuck")
+    store._move_saga("stuck", SagaState.COMPENSATING, abort_reason="RuntimeError: x")
     assert [s.saga_id for s in store.list_sagas()] == ["stuck", "done"]
     assert [s.saga_id for s in store.list_sagas(SagaState.COMPLETED)] == ["done"]
 

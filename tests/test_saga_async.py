@@ -90,7 +90,7 @@ def test_exception_in_an_async_block_rolls_back(store: Store) -> None:
 def test_async_rollback_goes_on_past_a_compensation_that_cannot_run(store: Store) -> None:
     """An undo that raises before running (its key is taken) is failed; older ones still run."""
     backends = Backends()
-    store.claim("s:1:charge:compensate", "another.tool", "h", attempt_id="x", previous=None)
+    store._claim("s:1:charge:compensate", "another.tool", "h", attempt_id="x", previous=None)
 
     async def run() -> None:
         async with Saga("s", store) as saga:

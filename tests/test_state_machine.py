@@ -394,7 +394,7 @@ class LedgerMachine(RuleBasedStateMachine):
         if record is None:
             return
         proven = known.state in UNSETTLED and known.reason is DoubtReason.CRASHED
-        assert self.store.mark_in_doubt(key, record.attempt_id, DoubtReason.CRASHED) is proven
+        assert self.store._mark_in_doubt(key, record.attempt_id, DoubtReason.CRASHED) is proven
         if proven:
             known.state = State.IN_DOUBT
 
@@ -525,13 +525,13 @@ class LedgerMachine(RuleBasedStateMachine):
             def finish(*_: object, **__: object) -> bool:
                 raise StoreError("connection lost")
 
-            self.store.finish = finish  # type: ignore[method-assign] # the ledger breaks here
+            self.store._finish = finish  # type: ignore[method-assign] # the ledger breaks here
 
         self.during = lose_the_ledger
         try:
             outcome = self.act(key, variant, fail)
         finally:
-            vars(self.store).pop("finish", None)
+            vars(self.store).pop("_finish", None)
         self.check_during()
         if fail:
             assert outcome == Failed(

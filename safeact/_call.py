@@ -1,0 +1,313 @@
+"""One guarded call as a sans-IO machine: the call's rules once, for the sync and async drivers.
+
+``guarded_call`` is a generator. It yields a request for each thing it needs from the world
+(the key's record, what is known of its owner, a claim, a mark, a probe's verdict, a pause,
+the action, the write of the action's outcome) and is sent the answer. It performs no I/O,
+reads no clock but the ones it is given, and never awaits: ``SafeTool`` and ``AsyncSafeTool``
+are drivers that carry out each request, blocking or awaiting, and send back what came of
+it. The decisions themselves are ``_protocol``'s pure functions.
+
+::
+
+    Read ──► (settled) ──────────────────────────────────────► replay          (return)
+      │
+      ├──► (no row, or RELEASED) ─► Claim ─► Act ─► Finish ─────► Succeeded / Failed
+      │                               └─ lost the race: Read again
+      └──► (unsettled) ─► Look ─► owner alive:  Pause, Read again; out of time: InDoubt
+                                └► abandoned:   Mark ─► (Ask the probe once) ─► InDoubt
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Generator
+from typing import TYPE_CHECKING, TypeAlias, cast
+
+import attrs
+
+from safeact._codec import ResultNotStorableError
+from safeact._outcome import Failed, Outcome, Succeeded, in_doubt_from
+from safeact._protocol import (
+    UNSETTLED,
+    Doubt,
+    DoubtReason,
+    Record,
+    Replay,
+    Run,
+    State,
+    Step,
+    Wait,
+    checkpoint,
+    may_mark,
+    next_step,
+    owner_may_write,
+)
+
+if TYPE_CHECKING:
+    from datetime import datetime
+
+    from safeact._owner import Owner
+    from safeact._protocol import JSON
+
+__all__ = [
+    "Act",
+    "Ask",
+    "Claim",
+    "Finish",
+    "Look",
+    "Mark",
+    "Pause",
+    "Raised",
+    "Read",
+    "Request",
+    "Returned",
+    "Sighting",
+    "guarded_call",
+]
+
+FIRST_PAUSE, LONGEST_PAUSE = 0.005, 0.1
+"""A caller waiting on a live owner reads the key again after these pauses, doubling."""
+
+
+@attrs.frozen
+class Read:
+    """Answer with the key's record now: ``Record | None``."""
+
+    key: str
+
+
+@attrs.frozen
+class Look:
+    """Answer with what is known of the unsettled attempt's ``owner``: a ``Sighting``."""
+
+    owner: Owner
+
+
+@attrs.frozen
+class Sighting:
+    """``gone``: the owner's process provably no longer runs; ``lost``: its session ended."""
+
+    gone: bool
+    lost: bool
+
+
+@attrs.frozen
+class Claim:
+    """Claim ``key`` with a new attempt, replacing ``previous``, synced before the answer.
+
+    Answer with the claimed ``Record``, or ``None`` when the row changed first (another
+    caller claimed it, or its owner finished). A cancelled async caller whose claim went
+    through leaves the key in doubt (interrupted): the action did not run.
+    """
+
+    key: str
+    args_hash: str
+    previous: Record | None
+
+
+@attrs.frozen
+class Mark:
+    """Mark ``record``'s attempt IN_DOUBT for ``reason``; answer ``False`` if the row moved on."""
+
+    record: Record
+    reason: DoubtReason
+
+
+@attrs.frozen
+class Ask:
+    """Ask the tool's probe about the in-doubt ``record`` and apply its verdict.
+
+    Answer with the history's note when a release was withheld (the owner is not proven
+    finished), else ``None``.
+    """
+
+    record: Record
+    reason: DoubtReason
+
+
+@attrs.frozen
+class Pause:
+    """Sleep ``seconds``; answer ``None``."""
+
+    seconds: float
+
+
+@attrs.frozen
+class Act:
+    """Run the action under ``record``'s attempt, renewing its lease meanwhile.
+
+    Answer with ``Returned`` or ``Raised``. An interruption (a ``BaseException``) is the
+    driver's to handle: it marks the attempt in doubt and lets it propagate.
+    """
+
+    record: Record
+
+
+@attrs.frozen
+class Returned:
+    """The action returned ``value`` in process ``pid``."""
+
+    value: object
+    pid: int
+
+
+@attrs.frozen
+class Raised:
+    """The action raised ``error`` in process ``pid``."""
+
+    error: Exception
+    pid: int
+
+
+@attrs.frozen(kw_only=True)
+class Finish:
+    """Record the end of ``record``'s attempt; answer whether the ledger has it.
+
+    Trouble writing it is the driver's to report (logged, the key marked in doubt by
+    another route, answer ``False``); it never raises.
+    """
+
+    record: Record
+    state: State
+    result: JSON = None
+    error_type: str | None = None
+    error_message: str | None = None
+    doubt_reason: DoubtReason | None = None
+
+
+Request: TypeAlias = Read | Look | Claim | Mark | Ask | Pause | Act | Finish
+"""What a guarded call asks of its driver."""
+
+_SEEN_NOTHING = Sighting(gone=False, lost=False)
+
+
+def guarded_call(  # noqa: PLR0913 - the call, and what of its tool the rules need
+    key: str,
+    args_hash: str,
+    *,
+    tool: str,
+    wait: float,
+    probing: bool,
+    replay: Callable[[Record], Outcome[object]],
+    encode: Callable[[object], JSON],
+    utc_now: Callable[[], datetime],
+    monotonic: Callable[[], float] = time.monotonic,
+) -> Generator[Request, object, Outcome[object]]:
+    """Make one call of ``tool`` with ``args_hash`` under ``key``; return its ``Outcome``.
+
+    ``wait`` is how long to wait on a live owner; ``probing`` whether the tool has a probe
+    to ask once when the key is in doubt; ``replay`` rebuilds a settled record's outcome;
+    ``encode`` stores a result (raising ``ResultNotStorableError`` when it cannot).
+
+    Raises:
+        KeyConflictError: the key is recorded for another tool or other arguments.
+
+    """
+    deadline, pause, probed = monotonic() + wait, FIRST_PAUSE, False
+    withheld: str | None = None
+    while True:
+        match (yield from _decide(key, args_hash, tool, utc_now)):
+            case Replay(stored):
+                return replay(stored)
+            case Run(previous):
+                checkpoint("before_claim")
+                claimed = cast("Record | None", (yield Claim(key, args_hash, previous)))
+                if claimed is not None:
+                    return (yield from _run(claimed, tool, encode))
+            case Doubt(unsettled, reason):
+                if may_mark(unsettled, reason) and not (yield Mark(unsettled, reason)):
+                    continue  # the row moved on before it could be marked: decide again
+                if not probing or probed:
+                    return in_doubt_from(unsettled, reason, withheld)
+                withheld = cast("str | None", (yield Ask(unsettled, reason)))
+                probed = True
+            case Wait(running):
+                left = deadline - monotonic()
+                if left <= 0:
+                    return in_doubt_from(running, DoubtReason.IN_FLIGHT)
+                yield Pause(min(pause, left))
+                pause = min(2 * pause, LONGEST_PAUSE)
+
+
+def _decide(
+    key: str, args_hash: str, tool: str, utc_now: Callable[[], datetime]
+) -> Generator[Request, object, Step]:
+    """Read the key (and, if it is unsettled, what is known of its owner); decide the step."""
+    record = cast("Record | None", (yield Read(key)))
+    seen = _SEEN_NOTHING
+    if record is not None and record.state in UNSETTLED:
+        seen = cast("Sighting", (yield Look(record.owner)))
+    return next_step(
+        record,
+        tool,
+        args_hash,
+        now=utc_now(),
+        owner_gone=lambda _: seen.gone,
+        owner_lost=lambda _: seen.lost,
+    )
+
+
+def _run(
+    record: Record, tool: str, encode: Callable[[object], JSON]
+) -> Generator[Request, object, Outcome[object]]:
+    """Run the claimed attempt's action and record its outcome."""
+    checkpoint("after_claim")
+    acted = yield Act(record)
+    match acted:
+        case Raised(error, pid):
+            error_type, message = type_name(type(error)), message_of(error)
+            if not owner_may_write(record, pid):
+                # A child forked inside the action: the attempt is its parent's.
+                return Failed(
+                    record.key, tool, error_type, message, recorded=False, exception=error
+                )
+            checkpoint("after_call")
+            recorded = yield Finish(
+                record=record, state=State.FAILED, error_type=error_type, error_message=message
+            )
+            checkpoint("after_record")
+            return Failed(
+                record.key, tool, error_type, message, recorded=bool(recorded), exception=error
+            )
+        case Returned(value, pid):
+            if not owner_may_write(record, pid):
+                return Succeeded(record.key, value, recorded=False)
+            checkpoint("after_call")
+            try:
+                stored = encode(value)
+            except ResultNotStorableError as exc:
+                # It ran, so it must never run again; but without a storable result a replay
+                # has nothing to return: leave the key for an operator to resolve with it.
+                yield Finish(
+                    record=record,
+                    state=State.IN_DOUBT,
+                    error_type="safeact.ResultNotStorable",
+                    error_message=(
+                        f"the action ran but its result could not be stored: {message_of(exc)}"
+                    ),
+                    doubt_reason=DoubtReason.RESULT_NOT_STORED,
+                )
+                recorded = False
+            else:
+                recorded = bool((yield Finish(record=record, state=State.SUCCEEDED, result=stored)))
+            checkpoint("after_record")
+            return Succeeded(record.key, value, recorded=recorded)
+        case _:
+            raise TypeError(f"Act is answered with Returned or Raised, not {acted!r}")
+
+
+def message_of(exc: Exception) -> str:
+    """Return ``str(exc)`` as storable text, whatever the exception's ``__str__`` does."""
+    try:
+        text = str(exc)
+    except Exception as failure:  # noqa: BLE001 - a broken __str__ must not lose the outcome
+        text = f"<str() of the exception raised {type(failure).__name__}>"
+    # Lone surrogates do not encode, and PostgreSQL text holds no NUL: escape both.
+    return text.encode("utf-8", "backslashreplace").decode().replace("\x00", "\\x00")
+
+
+def type_name(cls: type[BaseException]) -> str:
+    """The name an exception's type is recorded under: ``module.qualname``, builtins bare."""
+    if cls.__module__ == "builtins":
+        return cls.__qualname__
+    return f"{cls.__module__}.{cls.__qualname__}"

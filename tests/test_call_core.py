@@ -1,0 +1,245 @@
+"""The sans-IO core of a guarded call, driven directly by a world Hypothesis makes up.
+
+``guarded_call`` is sent whatever a ledger, an owner's host, a probe and an action could
+answer, in any order the world allows; whatever the answers, the rules hold: the action runs
+only right after a claim that went through, at most once, and its outcome is written only by
+its owner; a call that did not run the action never says it ran it.
+"""
+
+from datetime import UTC, datetime, timedelta
+
+import attrs
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from safeact import DoubtReason, Failed, InDoubt, State, Succeeded
+from safeact._call import (
+    Act,
+    Ask,
+    Claim,
+    Finish,
+    Look,
+    Mark,
+    Pause,
+    Raised,
+    Read,
+    Request,
+    Returned,
+    Sighting,
+    guarded_call,
+)
+from safeact._outcome import Outcome, failed_from
+from safeact._owner import Owner
+from safeact._protocol import Record, checkpoint_hook, may_mark
+
+NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
+HASH = "0123456789abcdef" * 4
+OWNER = Owner(host="h", boot_id="boot", pid=7, started=70)
+SETTLE_AFTER = 40
+"""Requests answered freely; after them the key is found settled, so every call ends."""
+
+
+def record(state: State, *, lease: int = 25, reason: DoubtReason | None = None) -> Record:
+    return Record(
+        key="k",
+        tool="act",
+        state=state,
+        args_hash=HASH,
+        attempt_id=f"attempt-{state.value}",
+        attempted_at=NOW - timedelta(seconds=5),
+        owner=OWNER,
+        lease_until=NOW + timedelta(seconds=lease),
+        result=1 if state is State.SUCCEEDED else None,
+        error_type="ValueError" if state is State.FAILED else None,
+        error_message="no" if state is State.FAILED else None,
+        doubt_reason=reason,
+    )
+
+
+rows = st.one_of(
+    st.none(),
+    st.builds(
+        record,
+        st.sampled_from(State),
+        lease=st.sampled_from([-5, 25]),
+        reason=st.none() | st.sampled_from(DoubtReason),
+    ),
+)
+claims = st.none() | st.builds(record, st.just(State.ATTEMPTING))
+
+
+def replay(stored: Record) -> Outcome[object]:
+    if stored.state is State.FAILED:
+        return failed_from(stored)
+    return Succeeded(stored.key, stored.result, replayed=True)
+
+
+@attrs.define
+class Trace:
+    """What the core asked for, and what it was told."""
+
+    requests: list[Request] = attrs.Factory(list)
+    claimed: list[Record] = attrs.Factory(list)
+    acted: list[Returned | Raised] = attrs.Factory(list)
+
+
+def drive(data: st.DataObject, *, probing: bool, wait: float) -> tuple[Trace, Outcome[object]]:
+    """Answer the core's requests with made-up answers until it returns (or LIMIT is hit)."""
+    clock = [0.0]
+    steps = guarded_call(
+        "k",
+        HASH,
+        tool="act",
+        wait=wait,
+        probing=probing,
+        replay=replay,
+        encode=lambda value: value if isinstance(value, int) else str(value),
+        utc_now=lambda: NOW,
+        monotonic=lambda: clock[0],
+    )
+    trace = Trace()
+    answer: object = None
+    try:
+        while True:
+            request = steps.send(answer)
+            trace.requests.append(request)
+            answer = respond(data, request, trace, clock)
+    except StopIteration as done:
+        return trace, done.value
+
+
+def respond(  # noqa: C901, PLR0911 - a case per request
+    data: st.DataObject, request: Request, trace: Trace, clock: list[float]
+) -> object:
+    match request:
+        case Read() if len(trace.requests) > SETTLE_AFTER:
+            return record(State.SUCCEEDED)
+        case Read():
+            return data.draw(rows)
+        case Look():
+            return Sighting(gone=data.draw(st.booleans()), lost=data.draw(st.booleans()))
+        case Claim():
+            claimed = data.draw(claims)
+            if claimed is not None:
+                trace.claimed.append(claimed)
+            return claimed
+        case Mark():
+            return data.draw(st.booleans())
+        case Ask():
+            return data.draw(st.none() | st.just("withheld"))
+        case Pause(seconds):
+            clock[0] += seconds
+            return None
+        case Act():
+            pid = data.draw(st.sampled_from([OWNER.pid, OWNER.pid + 1]))
+            choices: list[Returned | Raised] = [Returned(5, pid), Raised(ValueError("no"), pid)]
+            acted = data.draw(st.sampled_from(choices))
+            trace.acted.append(acted)
+            return acted
+        case Finish():
+            return data.draw(st.booleans())
+
+
+@given(st.data(), st.booleans(), st.sampled_from([0.0, 0.02]))
+def test_the_action_runs_only_after_a_claim_went_through_and_once(
+    data: st.DataObject, probing: bool, wait: float
+) -> None:
+    trace, _ = drive(data, probing=probing, wait=wait)
+    acts = [i for i, request in enumerate(trace.requests) if isinstance(request, Act)]
+    assert len(acts) <= 1
+    for i in acts:
+        before = trace.requests[i - 1]
+        assert isinstance(before, Claim)
+        assert trace.requests[i] == Act(trace.claimed[-1])
+    # A claim that went through is always followed by the action: nothing else in between.
+    if trace.claimed:
+        assert acts
+
+
+@given(st.data(), st.booleans())
+def test_only_the_owner_writes_the_outcome_and_once(data: st.DataObject, probing: bool) -> None:
+    trace, outcome = drive(data, probing=probing, wait=0.0)
+    finishes = [request for request in trace.requests if isinstance(request, Finish)]
+    if not trace.acted:
+        assert finishes == []
+        return
+    [acted] = trace.acted
+    if acted.pid != OWNER.pid:  # a child forked inside the action: the attempt is its parent's
+        assert finishes == []
+        assert not outcome.recorded  # type: ignore[union-attr]
+        return
+    [finish] = finishes
+    assert finish.record == trace.claimed[-1]
+    assert finish.state is (State.SUCCEEDED if isinstance(acted, Returned) else State.FAILED)
+    assert isinstance(trace.requests[-1], Finish)
+
+
+@given(st.data(), st.booleans(), st.sampled_from([0.0, 0.02]))
+def test_a_call_that_did_not_act_never_says_it_did(
+    data: st.DataObject, probing: bool, wait: float
+) -> None:
+    trace, outcome = drive(data, probing=probing, wait=wait)
+    if trace.acted:
+        [acted] = trace.acted
+        match acted:
+            case Returned(value):
+                assert outcome == Succeeded("k", value, recorded=outcome.recorded)  # type: ignore[union-attr]
+            case Raised(error):
+                assert isinstance(outcome, Failed)
+                assert outcome.exception is error
+        return
+    match outcome:
+        case Succeeded(replayed=replayed):
+            assert replayed
+        case Failed(exception=exception):
+            assert exception is None
+        case InDoubt():
+            pass
+
+
+@given(st.data())
+def test_marks_only_what_adds_to_the_ledger_and_probes_once(data: st.DataObject) -> None:
+    trace, outcome = drive(data, probing=True, wait=0.0)
+    asks = [request for request in trace.requests if isinstance(request, Ask)]
+    assert len(asks) <= 1
+    for request in trace.requests:
+        if isinstance(request, Mark):
+            assert may_mark(request.record, request.reason)
+    if isinstance(outcome, InDoubt) and outcome.reason is not DoubtReason.IN_FLIGHT:
+        assert asks
+
+
+def test_checkpoints_come_in_the_order_of_record_before_execute() -> None:
+    """Claim, action, record: the checkpoints a crash test kills at, in the core's order."""
+    seen: list[str] = []
+    claimed = record(State.ATTEMPTING)
+    answers: dict[type, object] = {
+        Read: None,
+        Claim: claimed,
+        Act: Returned(5, OWNER.pid),
+        Finish: True,
+    }
+    with checkpoint_hook(seen.append):
+        steps = guarded_call(
+            "k",
+            HASH,
+            tool="act",
+            wait=0.0,
+            probing=False,
+            replay=replay,
+            encode=lambda value: value,  # type: ignore[arg-type,return-value]
+            utc_now=lambda: NOW,
+        )
+        requests: list[str] = []
+        answer: object = None
+        with pytest.raises(StopIteration) as done:
+            while True:
+                request = steps.send(answer)
+                requests.append(f"{type(request).__name__}@{len(seen)}")
+                answer = answers[type(request)]
+    assert done.value.value == Succeeded("k", 5)
+    assert seen == ["before_claim", "after_claim", "after_call", "after_record"]
+    # Read before any checkpoint; Claim after before_claim; Act after after_claim; Finish
+    # after after_call.
+    assert requests == ["Read@0", "Claim@1", "Act@2", "Finish@3"]

@@ -1,0 +1,82 @@
+"""The public surface is the API: what users call is public, the protocol's internals are not.
+
+A name added to ``safeact`` or to ``Store`` is a promise to users; these tests make adding
+one a decision (edit the list here, README and DESIGN), never an accident.
+"""
+
+import types
+
+import safeact
+from safeact import Store
+
+STORE_API = {
+    # reading keys, their history and the late completions
+    "get",
+    "list_in_doubt",
+    "records",
+    "scan_records",
+    "counts",
+    "history",
+    "scan_history",
+    "late_completions",
+    "scan_late_completions",
+    # sagas
+    "get_saga",
+    "list_sagas",
+    "scan_sagas",
+    "saga_history",
+    # an operator's decisions, probes and retention
+    "resolve",
+    "amend",
+    "reconcile",
+    "purge",
+    # the ledger itself
+    "location",
+    "owner",
+    "close",
+}
+
+PROTOCOL = {
+    "claim",
+    "finish",
+    "mark_in_doubt",
+    "renew",
+    "hold",
+    "settle",
+    "note",
+    "decided",
+    "owner_gone",
+    "owner_lost",
+    "begin_saga",
+    "record_saga_step",
+    "move_saga",
+}
+"""The store's protocol: called by the package's own tools, sagas and probes, as ``_name``."""
+
+
+def test_the_stores_public_names_are_its_api() -> None:
+    public = {name for name in dir(Store) if not name.startswith("_")}
+    assert public == STORE_API
+
+
+def test_the_protocols_steps_are_private() -> None:
+    assert not PROTOCOL & set(dir(Store))
+    assert {f"_{name}" for name in PROTOCOL} <= set(dir(Store))
+
+
+def test_the_package_exports_its_api_and_nothing_private() -> None:
+    assert all(not name.startswith("_") for name in safeact.__all__)
+    assert len(set(safeact.__all__)) == len(safeact.__all__)
+    for name in safeact.__all__:
+        assert getattr(safeact, name) is not None
+    stray = {
+        name
+        for name, value in vars(safeact).items()
+        if name not in safeact.__all__
+        and not name.startswith("__")
+        and not isinstance(value, types.ModuleType)
+        and name != "TYPE_CHECKING"
+    }
+    assert stray == set()
+    for internal in ("next_step", "guarded_call", "claim", "Request", "names_postgres"):
+        assert not hasattr(safeact, internal)
