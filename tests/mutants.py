@@ -34,10 +34,10 @@ from typing import NamedTuple
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-RUN_BY_CLAIM = """                case Run(previous):
-                    claimed = self._attempt(digest, previous, key)
-                    if claimed is not None:
-                        return self._run(claimed, args, kwargs)"""
+CLAIM_THEN_ACT = """            case Claim():
+                return self._claim(request)
+"""
+ACT_NOW = "                        value = self._fn(record.key, *args, **kwargs)"
 SYNC_UNDO = (
     'undo_key = f"{done.key}:compensate"\n        try:\n'
     '            tool = self._tool(cast("Callable[..., object]", done.compensate))\n'
@@ -50,12 +50,12 @@ CLAIM_ANY = "(*attempt, key, previous.state.value, previous.attempt_id),"
 PROVEN = "    if reason in PROOF:\n        return None"
 NOT_STORED = 'as happened",\n            forceable=False,'
 OWNER_WRITES = "_OWNER_WRITES = frozenset({State.ATTEMPTING, State.IN_DOUBT, State.RELEASED})"
-PROBE_RELEASE = "done = store.settle(record, State.RELEASED, None, why=Why.RECONCILED, note=said)"
+PROBE_RELEASE = "done = store._settle(record, State.RELEASED, None, why=Why.RECONCILED, note=said)"
 SETTLE_RECHECK = (
     "            reason = self._abandonment(current, utc_now())\n            if reason is None:\n"
 )
 CRASH_PROOF = (
-    "            if reason is DoubtReason.CRASHED and not self.owner_gone(current.owner):\n"
+    "            if reason is DoubtReason.CRASHED and not self._owner_gone(current.owner):\n"
     "                return False\n"
 )
 DBOS_KEY = "return f\"dbos:{quote(workflow_id, safe='')}:{step_id}:{call.tool}\""
@@ -106,19 +106,32 @@ MUTANTS = [
     Mutant(
         "run the action before the ATTEMPTING commit",
         [
+            # The sync driver runs the action when asked to claim, and hands its value over
+            # when asked to act: the action ran before the claim was written.
             Edit(
                 "safeact/_tool.py",
-                RUN_BY_CLAIM,
-                RUN_BY_CLAIM.replace(
-                    "claimed = self._attempt(",
-                    "value = self._fn(key, *args, **kwargs)\n"
-                    "                    claimed = self._attempt(",
-                ).replace(
-                    "return self._run(claimed, args, kwargs)", "return self._ended(claimed, value)"
+                CLAIM_THEN_ACT,
+                CLAIM_THEN_ACT.replace(
+                    "return self._claim(",
+                    "self._early = self._fn(request.key, *args, **kwargs)\n"
+                    "                return self._claim(",
                 ),
-            )
+            ),
+            Edit("safeact/_tool.py", ACT_NOW, "                        value = self._early"),
         ],
         ["tests/test_guarded_call.py", "tests/test_ledger.py", "tests/test_history.py"],
+    ),
+    Mutant(
+        "act on a claim another caller won",
+        [
+            Edit(
+                "safeact/_call.py",
+                "                if claimed is not None:\n"
+                "                    return (yield from _run(claimed, tool, encode))",
+                "                return (yield from _run(claimed or previous, tool, encode))",
+            )
+        ],
+        ["tests/test_call_core.py", "tests/test_guarded_call.py"],
     ),
     Mutant(
         "commit ATTEMPTING without syncing it",
@@ -550,7 +563,7 @@ MUTANTS = [
         "read a corrupt result as null",
         [
             Edit(
-                "safeact/_store.py",
+                "safeact/_rows.py",
                 'raise _Unreadable(column, f"is not valid JSON ({exc})") from None',
                 "return None",
             )
