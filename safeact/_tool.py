@@ -194,7 +194,7 @@ def _key_given(call: _Call) -> _Call:
 
 
 class _Guard(Generic[T_co]):
-    """What a sync and an async tool share: checks, decisions, and the outcomes they build."""
+    """What a sync and an async tool share: checks, the call (``_call``), the ledger's work."""
 
     __wrapped__: Callable[..., object]
     """The guarded function (set by ``functools.update_wrapper``)."""
