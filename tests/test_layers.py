@@ -10,7 +10,10 @@ from pathlib import Path
 
 import pytest
 
-PACKAGE = Path(__file__).resolve().parent.parent / "safeact"
+import safeact
+
+PACKAGE = Path(safeact.__file__).resolve().parent
+"""The package as imported: the tree's, or the installed wheel's in CI's artifact step."""
 
 
 def imports(path: Path) -> set[str]:
