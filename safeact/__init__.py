@@ -14,9 +14,10 @@ from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
 from safeact._owner import Owner
 from safeact._protocol import DoubtReason, Record, SagaRecord, SagaState, State
 from safeact._reconcile import Happened, NotHappened, Probe, Unknown, Verdict
+from safeact._retention import Purged
 from safeact._saga import Saga, SagaFailed
 from safeact._sqlite import SqliteStore
-from safeact._store import Purged, Store
+from safeact._store import Store
 from safeact._tool import AsyncSafeTool, SafeTool, raise_on_doubt, safe
 from safeact.exceptions import (
     CorruptRecordError,

@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import os
 
+from safeact._ledger import LEASE
 from safeact._sqlite import SqliteStore
-from safeact._store import LEASE, Store
+from safeact._store import Store
 
 __all__ = ["get_store", "names_postgres"]
 

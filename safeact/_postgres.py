@@ -21,7 +21,8 @@ from psycopg_pool import ConnectionPool
 from safeact._owner import Owner
 from safeact._protocol import Record, SagaState, State
 from safeact._schema import SCHEMA_VERSION, UNSETTLED_SQL
-from safeact._store import LEASE, Cursor, Store
+from safeact._ledger import LEASE, Cursor
+from safeact._store import Store
 from safeact.exceptions import StoreError
 
 if TYPE_CHECKING:

@@ -11,8 +11,9 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from safeact._ledger import LEASE
 from safeact._schema import BUSY_TIMEOUT, check_usable, prepare
-from safeact._store import LEASE, Store
+from safeact._store import Store
 from safeact.exceptions import StoreError
 
 if TYPE_CHECKING:
