@@ -137,7 +137,7 @@ MUTANTS = [
         "commit ATTEMPTING without syncing it",
         [
             Edit(
-                "safeact/_store.py",
+                "safeact/_transitions.py",
                 CLAIM_SYNCED,
                 CLAIM_SYNCED.replace("sync=True", "sync=False"),
             )
@@ -153,7 +153,7 @@ MUTANTS = [
                 "return Wait(record) if reason is None else "
                 "(Run(record) if record.state is State.ATTEMPTING else Doubt(record, reason))",
             ),
-            Edit("safeact/_store.py", CLAIM_RELEASED, CLAIM_ANY),
+            Edit("safeact/_transitions.py", CLAIM_RELEASED, CLAIM_ANY),
         ],
         [
             "tests/test_protocol.py",
@@ -166,7 +166,7 @@ MUTANTS = [
         "replace the unique insert with an upsert",
         [
             Edit(
-                "safeact/_store.py",
+                "safeact/_transitions.py",
                 '"INSERT INTO calls (key,',
                 '"INSERT OR REPLACE INTO calls (key,',
             )
@@ -182,7 +182,7 @@ MUTANTS = [
                 "case State.FAILED:\n            return Run(record)\n"
                 "        case State.SUCCEEDED:\n            return Replay(record)",
             ),
-            Edit("safeact/_store.py", CLAIM_RELEASED, CLAIM_ANY),
+            Edit("safeact/_transitions.py", CLAIM_RELEASED, CLAIM_ANY),
         ],
         ["tests/test_guarded_call.py", "tests/test_async.py", "tests/test_saga.py"],
     ),
@@ -219,7 +219,7 @@ MUTANTS = [
         "let a late completion be dropped",
         [
             Edit(
-                "safeact/_store.py",
+                "safeact/_transitions.py",
                 "                return True\n            db.execute(\n",
                 "                return True\n            return False\n            db.execute(\n",
             )
@@ -291,7 +291,7 @@ MUTANTS = [
         "swap a late completion into a settled key",
         [
             Edit(
-                "safeact/_store.py",
+                "safeact/_transitions.py",
                 OWNER_WRITES,
                 OWNER_WRITES.replace("State.RELEASED}", "State.RELEASED, State.SUCCEEDED}"),
             )
@@ -311,14 +311,14 @@ MUTANTS = [
     ),
     Mutant(
         "mark a key crashed without proof",
-        [Edit("safeact/_store.py", CRASH_PROOF, "")],
+        [Edit("safeact/_transitions.py", CRASH_PROOF, "")],
         ["tests/test_proof.py"],
     ),
     Mutant(
         "record a forced release as an ordinary resolve",
         [
             Edit(
-                "safeact/_store.py",
+                "safeact/_transitions.py",
                 "                    why = Why.FORCED_RELEASE\n",
                 "                    why = why\n",
             )
@@ -340,7 +340,7 @@ MUTANTS = [
         "settle a key on an old read, though its owner is alive again",
         [
             Edit(
-                "safeact/_store.py",
+                "safeact/_transitions.py",
                 SETTLE_RECHECK,
                 SETTLE_RECHECK.replace("if reason is None", "if False"),
             )
