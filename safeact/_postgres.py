@@ -18,11 +18,11 @@ import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
-from safeact._owner import Owner
-from safeact._protocol import Record, SagaState, State
-from safeact._schema import SCHEMA_VERSION, UNSETTLED_SQL
 from safeact._ledger import LEASE, Cursor
+from safeact._owner import Owner
+from safeact._protocol import Record
 from safeact._store import Store
+from safeact._tables import SCHEMA_VERSION, postgres_ddl
 from safeact.exceptions import StoreError
 
 if TYPE_CHECKING:
@@ -70,88 +70,8 @@ _LIVENESS_SETTINGS = """SELECT set_config(name, wanted.value, false) FROM (VALUE
 ) AS wanted (name, value) JOIN pg_settings USING (name)"""
 
 
-_STATES = ", ".join(f"'{s.value}'" for s in State)
-_SAGA_STATES = ", ".join(f"'{s.value}'" for s in SagaState)
-
-# Times are ISO 8601 text in UTC with microseconds, as in SQLite: they sort as they compare,
-# and the logic above reads and writes one format on both databases.
-_SCHEMA = (
-    """CREATE TABLE safeact_meta (
-        singleton   BOOLEAN PRIMARY KEY DEFAULT TRUE CHECK (singleton),
-        application TEXT NOT NULL,
-        version     INTEGER NOT NULL
-    )""",
-    f"""CREATE TABLE calls (
-        key            TEXT PRIMARY KEY,
-        tool           TEXT NOT NULL,
-        args_hash      TEXT NOT NULL,
-        state          TEXT NOT NULL CHECK (state IN ({_STATES})),
-        attempt_id     TEXT NOT NULL,
-        attempted_at   TEXT NOT NULL,
-        finished_at    TEXT,
-        result         TEXT,
-        error_type     TEXT,
-        error_message  TEXT,
-        owner_host     TEXT NOT NULL,
-        owner_boot     TEXT NOT NULL,
-        owner_pid      BIGINT NOT NULL,
-        owner_started  BIGINT NOT NULL,
-        lease_until    TEXT NOT NULL,
-        doubt_reason   TEXT,
-        schema_version INTEGER NOT NULL
-    )""",
-    """CREATE TABLE late_completions (
-        key            TEXT NOT NULL,
-        attempt_id     TEXT NOT NULL,
-        state          TEXT NOT NULL,
-        result         TEXT,
-        error_type     TEXT,
-        error_message  TEXT,
-        finished_at    TEXT NOT NULL,
-        schema_version INTEGER NOT NULL,
-        PRIMARY KEY (key, attempt_id)
-    )""",
-    f"CREATE INDEX calls_unsettled ON calls (attempted_at) WHERE state IN ({UNSETTLED_SQL})",
-    f"""CREATE TABLE sagas (
-        saga_id        TEXT PRIMARY KEY,
-        state          TEXT NOT NULL CHECK (state IN ({_SAGA_STATES})),
-        started_at     TEXT NOT NULL,
-        updated_at     TEXT NOT NULL,
-        aborted_step   TEXT,
-        abort_reason   TEXT,
-        schema_version INTEGER NOT NULL
-    )""",
-    """CREATE TABLE saga_steps (
-        saga_id      TEXT NOT NULL REFERENCES sagas (saga_id),
-        step_index   INTEGER NOT NULL,
-        name         TEXT NOT NULL,
-        key          TEXT NOT NULL,
-        compensation TEXT,
-        PRIMARY KEY (saga_id, step_index)
-    )""",
-    "CREATE INDEX sagas_by_state ON sagas (state, started_at)",
-    """CREATE TABLE history (
-        seq        BIGINT GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
-        kind       TEXT NOT NULL CHECK (kind IN ('key', 'saga')),
-        subject    TEXT NOT NULL,
-        attempt_id TEXT,
-        from_state TEXT,
-        to_state   TEXT,
-        at         TEXT NOT NULL,
-        by_kind    TEXT NOT NULL CHECK (by_kind IN ('process', 'operator')),
-        by_host    TEXT NOT NULL,
-        by_pid     BIGINT NOT NULL,
-        why        TEXT NOT NULL,
-        note       TEXT
-    )""",
-    "CREATE INDEX history_by_subject ON history (kind, subject, seq)",
-    # Nothing rewrites history, not even safeact: refuse it in the database itself.
-    """CREATE FUNCTION safeact_history_is_append_only() RETURNS trigger LANGUAGE plpgsql AS
-    $$ BEGIN RAISE EXCEPTION 'the safeact history is append-only'; END $$""",
-    """CREATE TRIGGER history_is_append_only BEFORE UPDATE OR DELETE ON history
-    FOR EACH STATEMENT EXECUTE FUNCTION safeact_history_is_append_only()""",
-)
-
+# History: the steps that took a ledger of version N to N + 1, as they were written then.
+# They never change; a new ledger is created from safeact._tables and does not run them.
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 2 -> 3: an owner's machine id and PID namespace (see safeact._schema).
     2: (
@@ -159,8 +79,7 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE calls ADD COLUMN owner_pidns TEXT NOT NULL DEFAULT ''",
     ),
 }
-"""PostgreSQL ledgers start at schema 2 (``_SCHEMA``); each later version adds its step."""
-_FIRST_VERSION = 2
+"""PostgreSQL ledgers began at schema 2: there is no step from 1."""
 
 
 def migrate_postgres(dsn: str) -> tuple[int, int]:
@@ -180,16 +99,17 @@ def migrate_postgres(dsn: str) -> tuple[int, int]:
             connection.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             old = _version(connection, where)
             if old == 0:
-                for statement in _SCHEMA:
+                for statement in postgres_ddl():
                     connection.execute(statement)
                 connection.execute(
                     "INSERT INTO safeact_meta (application, version) VALUES (%s, %s)",
-                    (APPLICATION, _FIRST_VERSION),
+                    (APPLICATION, SCHEMA_VERSION),
                 )
-            for step in range(max(old, _FIRST_VERSION), SCHEMA_VERSION):
-                for statement in _MIGRATIONS[step]:
-                    connection.execute(statement)
-            connection.execute("UPDATE safeact_meta SET version = %s", (SCHEMA_VERSION,))
+            elif old < SCHEMA_VERSION:  # a current ledger is left as it is, not even rewritten
+                for step in range(old, SCHEMA_VERSION):
+                    for statement in _MIGRATIONS[step]:
+                        connection.execute(statement)
+                connection.execute("UPDATE safeact_meta SET version = %s", (SCHEMA_VERSION,))
     except psycopg.Error as exc:
         raise StoreError(f"{where}: {exc}".strip()) from exc
     return old, SCHEMA_VERSION
@@ -522,7 +442,8 @@ def _version(connection: psycopg.Connection[Any], where: str) -> int:
     """The schema version of the database, 0 if it has no safeact schema.
 
     Raises:
-        StoreError: another program's ``safeact_meta``, or a newer schema.
+        StoreError: another program's ``safeact_meta``, a newer schema, or a version no
+            safeact wrote.
 
     """
     (table,) = connection.execute("SELECT to_regclass('safeact_meta')").fetchone() or (None,)
@@ -535,6 +456,12 @@ def _version(connection: psycopg.Connection[Any], where: str) -> int:
         raise StoreError(
             f"{where}: the ledger has schema version {row[1]}, newer than this safeact "
             f"understands ({SCHEMA_VERSION}); upgrade safeact"
+        )
+    if row[1] not in _MIGRATIONS and row[1] != SCHEMA_VERSION:
+        raise StoreError(
+            f"{where}: its safeact_meta says schema version {row[1]}, which no safeact wrote "
+            "on PostgreSQL (they began at 2): the table was changed outside safeact; restore "
+            "it from a backup"
         )
     return int(row[1])
 

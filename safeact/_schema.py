@@ -1,7 +1,8 @@
-"""The ledger's schema, its version, and the explicit migration from older versions.
+"""The SQLite ledger file: its schema version, its creation, and the explicit migration.
 
-A new ledger is built by the same steps that migrate an old one: the first version's tables,
-then every migration in order. So a migrated ledger and a new one have the same schema.
+A new ledger is created from the declared tables (``safeact._tables``). An older one is
+upgraded only by ``migrate``, through the historical steps below, one per version;
+``tests/test_schema.py`` checks that they end at exactly the schema of a new ledger.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from safeact._protocol import UNSETTLED, SagaState, State
+from safeact._tables import SCHEMA_VERSION, UNSETTLED_SQL, sqlite_ddl
 from safeact.exceptions import StoreError
 
 __all__ = [
@@ -29,62 +30,8 @@ APPLICATION_ID = 0x53414654  # "SAFT": marks a file as a safeact ledger
 BUSY_TIMEOUT = 30.0
 """Seconds a connection waits for another one's lock before giving up."""
 
-# Sorted, so the partial index and the queries spell the same condition in every process.
-UNSETTLED_SQL = ", ".join(sorted(f"'{s.value}'" for s in UNSETTLED))
-
-_FIRST = (
-    f"""CREATE TABLE calls (
-        key            TEXT PRIMARY KEY NOT NULL,
-        tool           TEXT NOT NULL,
-        args_hash      TEXT NOT NULL,
-        state          TEXT NOT NULL CHECK (state IN ({", ".join(f"'{s.value}'" for s in State)})),
-        attempt_id     TEXT NOT NULL,
-        attempted_at   TEXT NOT NULL,
-        finished_at    TEXT,
-        result         TEXT,
-        error_type     TEXT,
-        error_message  TEXT,
-        owner_host     TEXT NOT NULL,
-        owner_boot     TEXT NOT NULL,
-        owner_pid      INTEGER NOT NULL,
-        owner_started  INTEGER NOT NULL,
-        lease_until    TEXT NOT NULL,
-        doubt_reason   TEXT,
-        schema_version INTEGER NOT NULL
-    ) WITHOUT ROWID""",
-    """CREATE TABLE late_completions (
-        key            TEXT NOT NULL,
-        attempt_id     TEXT NOT NULL,
-        state          TEXT NOT NULL,
-        result         TEXT,
-        error_type     TEXT,
-        error_message  TEXT,
-        finished_at    TEXT NOT NULL,
-        schema_version INTEGER NOT NULL,
-        PRIMARY KEY (key, attempt_id)
-    ) WITHOUT ROWID""",
-    f"CREATE INDEX calls_unsettled ON calls (attempted_at) WHERE state IN ({UNSETTLED_SQL})",
-    f"""CREATE TABLE sagas (
-        saga_id        TEXT PRIMARY KEY NOT NULL,
-        state          TEXT NOT NULL
-                       CHECK (state IN ({", ".join(f"'{s.value}'" for s in SagaState)})),
-        started_at     TEXT NOT NULL,
-        updated_at     TEXT NOT NULL,
-        aborted_step   TEXT,
-        abort_reason   TEXT,
-        schema_version INTEGER NOT NULL
-    ) WITHOUT ROWID""",
-    """CREATE TABLE saga_steps (
-        saga_id    TEXT NOT NULL REFERENCES sagas (saga_id),
-        step_index INTEGER NOT NULL,
-        name       TEXT NOT NULL,
-        key        TEXT NOT NULL,
-        compensation TEXT,
-        PRIMARY KEY (saga_id, step_index)
-    ) WITHOUT ROWID""",
-    "CREATE INDEX sagas_by_state ON sagas (state, started_at)",
-)
-
+# History: the steps that took a ledger of version N to N + 1, as they were written then.
+# They never change; a new ledger does not run them.
 _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # 1 -> 2: the audit trail. Keys and sagas settled before it have no history.
     1: (
@@ -117,8 +64,6 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
 }
 
-SCHEMA_VERSION = 1 + len(_MIGRATIONS)
-
 
 def prepare(connection: sqlite3.Connection, path: Path) -> None:
     """Check the file is a current safeact ledger, creating the schema if it is empty.
@@ -136,7 +81,7 @@ def prepare(connection: sqlite3.Connection, path: Path) -> None:
         with _locked(connection):
             version = _version(connection, path)
             if version == 0:
-                _upgrade(connection, 0)
+                _create(connection)
             elif version < SCHEMA_VERSION:
                 raise _older(path, version)
     _use_wal(connection, path)
@@ -204,13 +149,16 @@ def _older(path: Path, version: int) -> StoreError:
     )
 
 
+def _create(connection: sqlite3.Connection) -> None:
+    """Within the caller's transaction, make the empty database a current ledger."""
+    for statement in sqlite_ddl():
+        connection.execute(statement)
+    connection.execute(f"PRAGMA application_id = {APPLICATION_ID}")
+    connection.execute(f"PRAGMA user_version = {SCHEMA_VERSION}")
+
+
 def _upgrade(connection: sqlite3.Connection, version: int) -> None:
-    """Within the caller's transaction, take the schema from ``version`` to the current one."""
-    if version == 0:
-        for statement in _FIRST:
-            connection.execute(statement)
-        connection.execute(f"PRAGMA application_id = {APPLICATION_ID}")
-        version = 1
+    """Within the caller's transaction, take a ledger from ``version`` to the current one."""
     for step in range(version, SCHEMA_VERSION):
         for statement in _MIGRATIONS[step]:
             connection.execute(statement)

@@ -1,4 +1,7 @@
-"""Schema versions: an older ledger is refused untouched until it is migrated, explicitly."""
+"""Schema versions: an older ledger is refused untouched until it is migrated, explicitly.
+
+That a migrated ledger has exactly the schema of a new one is tests/test_schema.py's.
+"""
 
 import shutil
 import sqlite3
@@ -35,16 +38,6 @@ def v2_ledger(tmp_path: Path) -> Path:
     copy = tmp_path / "v2.db"
     shutil.copyfile(V2, copy)
     return copy
-
-
-def schema_of(path: Path) -> list[tuple[str, str]]:
-    connection = sqlite3.connect(path)
-    try:
-        return connection.execute(
-            "SELECT name, sql FROM sqlite_master WHERE sql IS NOT NULL ORDER BY name"
-        ).fetchall()
-    finally:
-        connection.close()
 
 
 def version_of(path: Path) -> int:
@@ -106,14 +99,6 @@ def test_migrate_keeps_a_copy_of_the_old_file(old_ledger: Path) -> None:
     assert sorted(p.name for p in old_ledger.parent.iterdir() if ".bak" in p.name) == [
         "old.db.v1.bak"
     ]
-
-
-def test_a_migrated_ledger_has_the_schema_of_a_new_one(old_ledger: Path, ledger: Path) -> None:
-    """Migration and creation build the same tables, indexes and triggers."""
-    migrate(old_ledger)
-    get_store(ledger).close()
-    assert schema_of(old_ledger) == schema_of(ledger)
-    assert version_of(old_ledger) == version_of(ledger) == SCHEMA_VERSION
 
 
 def test_migrating_a_current_ledger_changes_nothing(ledger: Path) -> None:
@@ -224,16 +209,6 @@ def test_migrating_a_schema_2_ledger_keeps_its_keys_and_history(v2_ledger: Path)
         assert [e.why for e in store.history("paid-2")] == [Why.CLAIMED, Why.RAN]
         # An owner without a machine id is judged as before: by host name, boot and process.
         assert store._owner_gone(records["running-2"].owner)
-
-
-def test_a_migrated_schema_2_ledger_has_the_schema_of_a_new_one(
-    v2_ledger: Path, ledger: Path
-) -> None:
-    """Migration from schema 2 and creation build the same tables, indexes and triggers."""
-    migrate(v2_ledger)
-    get_store(ledger).close()
-    assert schema_of(v2_ledger) == schema_of(ledger)
-    assert version_of(v2_ledger) == version_of(ledger) == SCHEMA_VERSION
 
 
 def test_a_claim_records_its_owners_machine_and_pid_namespace(ledger: Path) -> None:

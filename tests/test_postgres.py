@@ -38,16 +38,17 @@ from safeact import (
     get_store,
     safe,
 )
+from safeact._ledger import utc_now
 from safeact._owner import Owner, is_gone, this_process
-from safeact._postgres import _SCHEMA, _owner_lock, migrate_postgres
+from safeact._postgres import _owner_lock, migrate_postgres
 from safeact._protocol import CALL_CHECKPOINTS, Checkpoint, checkpoint_hook
 from safeact._schema import SCHEMA_VERSION
-from safeact._store import utc_now
 from safeact.postgres import PostgresStore
 from tests.actions import count_effects, record_effect
 from tests.fleet_worker import TOOL
 
 WORKER = Path(__file__).with_name("fleet_worker.py")
+POSTGRES_V2 = Path(__file__).with_name("data") / "postgres-v2.sql"
 LONG_LEASE = 300.0
 """Longer than any test: a key seen in doubt before it ends was judged by PostgreSQL alone."""
 DEADLINE = 20.0
@@ -591,9 +592,7 @@ def test_a_schema_2_database_is_refused_until_migrated_then_keeps_its_keys(
 ) -> None:
     """Schema 2 is refused, naming migrate; migrated, its keys are kept, with the new columns."""
     with psycopg.connect(empty_schema) as connection:
-        for statement in _SCHEMA:  # what a safeact of schema 2 created
-            connection.execute(statement)
-        connection.execute("INSERT INTO safeact_meta (application, version) VALUES ('safeact', 2)")
+        connection.execute(POSTGRES_V2.read_text())  # what a safeact of schema 2 created
         connection.execute(SCHEMA_2_ROW)
     with pytest.raises(
         StoreError, match=r"schema version 2, this safeact needs 3.*safeact migrate"
@@ -613,3 +612,16 @@ def test_a_schema_2_database_is_refused_until_migrated_then_keeps_its_keys(
         assert claimed.owner.pid_namespace
         assert store.get("new") == claimed
     assert migrate_postgres(empty_schema) == (SCHEMA_VERSION, SCHEMA_VERSION)
+
+
+def test_a_meta_row_claiming_a_version_no_safeact_wrote_is_refused_untouched(
+    empty_schema: str,
+) -> None:
+    """A ledger whose safeact_meta says version 1 (PostgreSQL began at 2) is refused, unchanged."""
+    with psycopg.connect(empty_schema) as connection:
+        connection.execute(POSTGRES_V2.read_text())
+        connection.execute("UPDATE safeact_meta SET version = 1")
+    before = columns_of(empty_schema)
+    with pytest.raises(StoreError, match=r"schema version 1, which no safeact wrote"):
+        migrate_postgres(empty_schema)
+    assert columns_of(empty_schema) == before
