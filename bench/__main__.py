@@ -30,7 +30,7 @@ from bench.postgres import postgres_figures
 from bench.timing import per_call, repeat
 from safeact import Saga, get_store, safe
 from safeact._protocol import DoubtReason
-from safeact._schema import SCHEMA_VERSION
+from safeact._tables import SCHEMA_VERSION
 
 # What the peers' notes are to be read against.
 SAFEACT_DURABILITY = "WAL; ATTEMPTING synced before the action, the result not"

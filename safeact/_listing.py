@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from safeact._ledger import COLUMNS, Ledger, utc_now
 from safeact._protocol import Record, State
 from safeact._rows import Reading, each, member, read_record, readable, text_of, time_text
-from safeact._schema import UNSETTLED_SQL
+from safeact._tables import UNSETTLED_SQL
 
 if TYPE_CHECKING:
     from datetime import datetime

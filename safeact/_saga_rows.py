@@ -13,7 +13,7 @@ from safeact._history import Why, saga_why
 from safeact._ledger import Ledger
 from safeact._protocol import SagaRecord, SagaState
 from safeact._rows import read_saga, readable, time_text
-from safeact._schema import SCHEMA_VERSION
+from safeact._tables import SCHEMA_VERSION
 from safeact.exceptions import CorruptRecordError, StoreError
 
 __all__ = ["SagaRows"]

@@ -13,14 +13,12 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from safeact._tables import SCHEMA_VERSION, UNSETTLED_SQL, sqlite_ddl
+from safeact._tables import SCHEMA_VERSION, sqlite_ddl
 from safeact.exceptions import StoreError
 
 __all__ = [
     "APPLICATION_ID",
     "BUSY_TIMEOUT",
-    "SCHEMA_VERSION",
-    "UNSETTLED_SQL",
     "check_usable",
     "migrate",
     "prepare",

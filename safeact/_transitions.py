@@ -37,7 +37,7 @@ from safeact._protocol import (
     release_refusal,
 )
 from safeact._rows import time_text
-from safeact._schema import SCHEMA_VERSION
+from safeact._tables import SCHEMA_VERSION
 from safeact.exceptions import NotProvenError, SafeError
 
 if TYPE_CHECKING:

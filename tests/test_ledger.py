@@ -26,8 +26,9 @@ from safeact import (
     get_store,
     safe,
 )
-from safeact._schema import APPLICATION_ID, SCHEMA_VERSION
+from safeact._schema import APPLICATION_ID
 from safeact._sqlite import SqliteStore
+from safeact._tables import SCHEMA_VERSION
 from tests.actions import bury_owners
 
 

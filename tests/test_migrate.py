@@ -13,7 +13,8 @@ import pytest
 
 from safeact import DoubtReason, State, StoreError, Why, get_store, safe
 from safeact._owner import Owner
-from safeact._schema import SCHEMA_VERSION, migrate, prepare
+from safeact._schema import migrate, prepare
+from safeact._tables import SCHEMA_VERSION
 
 V1 = Path(__file__).with_name("data") / "ledger-v1.db"
 """A ledger written by safeact 0.1.0 (schema 1): keys paid-1 (succeeded, 5), declined-1

@@ -42,7 +42,7 @@ from safeact._ledger import utc_now
 from safeact._owner import Owner, is_gone, this_process
 from safeact._postgres import _owner_lock, migrate_postgres
 from safeact._protocol import CALL_CHECKPOINTS, Checkpoint, checkpoint_hook
-from safeact._schema import SCHEMA_VERSION
+from safeact._tables import SCHEMA_VERSION
 from safeact.postgres import PostgresStore
 from tests.actions import count_effects, record_effect
 from tests.fleet_worker import TOOL

@@ -18,7 +18,8 @@ from typing import Any
 import pytest
 
 from safeact import get_store
-from safeact._schema import _MIGRATIONS, SCHEMA_VERSION, migrate
+from safeact._schema import _MIGRATIONS, migrate
+from safeact._tables import SCHEMA_VERSION
 from tests.conftest import postgres_or_skip
 
 DATA = Path(__file__).with_name("data")
