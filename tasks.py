@@ -229,7 +229,7 @@ def artifact(arguments: list[str]) -> None:
 
 
 def stress(arguments: list[str]) -> None:
-    """Run the state machine for many more examples than the suite does."""
+    """Run the ledger state machine, through both drivers, for many more examples than CI."""
     python = dev_python()
     env = {**os.environ, "SAFEACT_HYPOTHESIS_PROFILE": "stress"}
     run(python, "-m", "pytest", "tests/test_state_machine.py", *arguments, env=env)

@@ -1,11 +1,14 @@
 """Sagas under random failures and in-process crashes during progress and rollback.
 
 The machine runs on both backends, on a fresh ledger per example: a SQLite file, then a
-PostgreSQL schema.
+PostgreSQL schema; and in both forms of a saga: ``with Saga(...)`` with plain functions
+(``SafeTool``), and ``async with Saga(...)`` awaiting ``async def`` steps and compensations
+(``AsyncSafeTool``), each run on an event loop of its own.
 """
 
+import asyncio
 from collections import Counter
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 import pytest
 from hypothesis import settings
@@ -16,6 +19,8 @@ from safeact import Saga, SagaFailed, SagaState, State, get_store
 from safeact._protocol import CALL_CHECKPOINTS, UNSETTLED, Checkpoint, checkpoint_hook
 from tests.actions import bury_owners
 from tests.conftest import new_ledger, require
+
+Driver = Literal["sync", "async"]
 
 SAGAS = st.sampled_from(["s0", "s1", "s2"])
 STEPS = 3
@@ -28,6 +33,7 @@ class Crash(BaseException):
 
 class SagaMachine(RuleBasedStateMachine):
     backend: ClassVar[str] = "sqlite"
+    driver: ClassVar[Driver] = "sync"
 
     def __init__(self) -> None:
         super().__init__()
@@ -56,11 +62,29 @@ class SagaMachine(RuleBasedStateMachine):
             if value == failing_undo:
                 raise RuntimeError(f"undo {value} fails")
 
-        with Saga(saga_id, self.store) as saga:
-            return [
-                saga.step(act, index, compensate=undo if index in UNDONE else None)
-                for index in range(STEPS)
-            ]
+        if self.driver == "sync":
+            with Saga(saga_id, self.store) as saga:
+                return [
+                    saga.step(act, index, compensate=undo if index in UNDONE else None)
+                    for index in range(STEPS)
+                ]
+
+        async def act_async(key: str, index: int) -> int:
+            return act(key, index)
+
+        async def undo_async(key: str, value: int) -> None:
+            undo(key, value)
+
+        async def run() -> list[int]:
+            async with Saga(saga_id, self.store) as saga:
+                return [
+                    await saga.step(
+                        act_async, index, compensate=undo_async if index in UNDONE else None
+                    )
+                    for index in range(STEPS)
+                ]
+
+        return asyncio.run(run())
 
     @rule(
         saga_id=SAGAS,
@@ -158,9 +182,23 @@ class PostgresSagaMachine(SagaMachine):
     backend = "postgres"
 
 
-MACHINES: dict[str, type[SagaMachine]] = {
-    "sqlite": SagaMachine,
-    "postgres": PostgresSagaMachine,
+class AsyncSagaMachine(SagaMachine):
+    """The same machine with async sagas."""
+
+    driver = "async"
+
+
+class AsyncPostgresSagaMachine(PostgresSagaMachine):
+    """The same machine with async sagas on a PostgreSQL schema."""
+
+    driver = "async"
+
+
+MACHINES: dict[tuple[str, Driver], type[SagaMachine]] = {
+    ("sqlite", "sync"): SagaMachine,
+    ("postgres", "sync"): PostgresSagaMachine,
+    ("sqlite", "async"): AsyncSagaMachine,
+    ("postgres", "async"): AsyncPostgresSagaMachine,
 }
 EXAMPLES = {
     "sqlite": max(settings().max_examples, 100),
@@ -170,11 +208,12 @@ EXAMPLES = {
 }
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-def test_saga_state_machine(backend: str) -> None:
+def test_saga_state_machine(backend: str, driver: Driver) -> None:
     """Random sagas, failures and crashes: every action runs once; ended sagas did what they say."""
     require(backend)
     run_state_machine_as_test(
-        MACHINES[backend],
+        MACHINES[backend, driver],
         settings=settings(settings(), max_examples=EXAMPLES[backend], stateful_step_count=20),
     )

@@ -1,10 +1,13 @@
 """Random calls, crashes, frozen owners, restarts, probes and resolves, against a model.
 
 The machine runs on both backends, on a fresh ledger per example: a SQLite file, then a
-PostgreSQL schema.
+PostgreSQL schema; and through both drivers of the guarded call: a ``SafeTool`` called
+directly, and an ``AsyncSafeTool`` (the same action as an ``async def``) awaited on an
+event loop of its own per call, with the same rules, model and invariants.
 
-An owner can freeze inside its action (a thread blocked on an event, standing for a
-SIGSTOPped, swapped-out or GIL-starved process) while other rules run: callers, leases
+An owner can freeze inside its action (a thread blocked on an event, or an async action
+awaiting it on its loop in its own thread, standing for a SIGSTOPped, swapped-out or
+GIL-starved process) while other rules run: callers, leases
 running out, probes, resolves, crash marks, other crashes; it then thaws and completes, or
 dies with its process at the next restart. ``frozen_owner`` packs such an interleaving into
 one call. The model knows the release rule: a key is released only on proof that its owner
@@ -15,10 +18,13 @@ its value, and an owner that completes afterwards is a late completion; a key wh
 could not be stored is never released.
 """
 
+import asyncio
 import threading
 from collections import Counter
-from collections.abc import Callable
-from typing import ClassVar, Literal
+from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
+from typing import ClassVar, Concatenate, Literal, ParamSpec, TypeVar
 
 import attrs
 import pytest
@@ -33,6 +39,7 @@ from hypothesis.stateful import (
 )
 
 from safeact import (
+    AsyncSafeTool,
     DoubtReason,
     Failed,
     Happened,
@@ -56,6 +63,10 @@ from safeact._protocol import CALL_CHECKPOINTS, PROOF, UNSETTLED, Checkpoint, ch
 from tests.actions import Receipt, bury_attempt, bury_owners, expire_leases
 from tests.conftest import new_ledger, require
 
+P = ParamSpec("P")
+T = TypeVar("T")
+
+Driver = Literal["sync", "async"]
 Answer = Literal["happened", "not_happened", "unknown"]
 Op = Literal[
     "expire",
@@ -119,6 +130,28 @@ class Crash(BaseException):
     """The process dies here: no `except Exception` may catch it."""
 
 
+def awaited(tool: AsyncSafeTool[P, T]) -> Callable[Concatenate[str, P], Outcome[T]]:
+    """``tool`` as a blocking call: each call awaited to its end on a new event loop.
+
+    The loop runs in the calling thread, or, when that thread's loop is busy (a call made
+    inside an async action, by a rule that runs meanwhile), in a thread of its own.
+    """
+
+    def call(key: str, /, *args: P.args, **kwargs: P.kwargs) -> Outcome[T]:
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            busy = False  # run outside this handler, or its error chains to every failure
+        else:
+            busy = True
+        if not busy:
+            return asyncio.run(tool(key, *args, **kwargs))
+        with ThreadPoolExecutor(1, thread_name_prefix="caller") as elsewhere:
+            return elsewhere.submit(asyncio.run, tool(key, *args, **kwargs)).result()
+
+    return call
+
+
 @attrs.define
 class Expected:
     """What the model says about one key."""
@@ -164,9 +197,15 @@ class Frozen:
     """None for the owner of ``frozen_owner``, frozen in the machine's own thread."""
     outcome: object = None
 
+    def woke(self) -> None:
+        """The owner was let go: it goes on with its action, unless its process died."""
+        if self.dying:
+            raise Crash
+
 
 class LedgerMachine(RuleBasedStateMachine):
     backend: ClassVar[str] = "sqlite"
+    driver: ClassVar[Driver] = "sync"
 
     def __init__(self) -> None:
         super().__init__()
@@ -187,20 +226,18 @@ class LedgerMachine(RuleBasedStateMachine):
         self.store = get_store(self.location, lease=LEASE)
 
         def act(key: str, variant: int, fail: bool) -> Receipt:
-            self.runs[key] += 1
-            if any(run.key == key and not run.forced_out for run in self.running):
-                self.overlaps.append(key)
-            me = Running(key)
-            self.running.append(me)
-            try:
-                self.inside(key)
-            finally:
-                self.running.remove(me)
-            if self.interrupting:
-                raise KeyboardInterrupt
-            if fail:
-                raise ValueError(f"declined {variant}")
-            return Receipt(key, variant)
+            with self.action(key) as frozen:
+                if frozen is not None:
+                    frozen.go.wait()
+                    frozen.woke()
+            return self.ending(key, variant, fail)
+
+        async def act_async(key: str, variant: int, fail: bool) -> Receipt:
+            with self.action(key) as frozen:
+                if frozen is not None:
+                    await asyncio.to_thread(frozen.go.wait)  # suspended; its loop is idle
+                    frozen.woke()
+            return self.ending(key, variant, fail)
 
         def probe(key: str, receipt: InDoubt) -> Verdict[Receipt]:
             match self.answer:
@@ -211,17 +248,45 @@ class LedgerMachine(RuleBasedStateMachine):
                 case "unknown":
                     return Unknown()
 
-        self.act = safe(self.store, name="act", wait=0)(act)
-        self.probed = safe(self.store, name="act", wait=0, reconcile=probe)(act)
+        plain = safe(self.store, name="act", wait=0)
+        probing = safe(self.store, name="act", wait=0, reconcile=probe)
+        self.act: Callable[[str, int, bool], Outcome[Receipt]]
+        self.probed: Callable[[str, int, bool], Outcome[Receipt]]
+        if self.driver == "sync":
+            self.act, self.probed = plain(act), probing(act)
+        else:
+            self.act, self.probed = awaited(plain(act_async)), awaited(probing(act_async))
 
-    def inside(self, key: str) -> None:
-        """What happens inside the action before it returns: a freeze, or ``during``."""
-        frozen = self.freezing.pop(key, None)
-        if frozen is not None:
-            frozen.entered.set()
-            frozen.go.wait()
-            if frozen.dying:
-                raise Crash
+    @contextmanager
+    def action(self, key: str) -> Iterator[Frozen | None]:
+        """One run of the action, counted and checked for overlap; it yields the owner to freeze.
+
+        The block freezes that owner, if there is one; then ``during`` runs.
+        """
+        self.runs[key] += 1
+        if any(run.key == key and not run.forced_out for run in self.running):
+            self.overlaps.append(key)
+        me = Running(key)
+        self.running.append(me)
+        try:
+            frozen = self.freezing.pop(key, None)
+            if frozen is not None:
+                frozen.entered.set()
+            yield frozen
+            self.meanwhile(key)
+        finally:
+            self.running.remove(me)
+
+    def ending(self, key: str, variant: int, fail: bool) -> Receipt:
+        """How the action ends: interrupted, raising, or returning its receipt."""
+        if self.interrupting:
+            raise KeyboardInterrupt
+        if fail:
+            raise ValueError(f"declined {variant}")
+        return Receipt(key, variant)
+
+    def meanwhile(self, key: str) -> None:
+        """Run ``during`` (once) inside the action, as the tool would see it."""
         during, self.during = self.during, None
         if during is not None:
             try:
@@ -469,6 +534,14 @@ class LedgerMachine(RuleBasedStateMachine):
     def call(self, key: str, variant: int, fail: bool) -> None:
         self.call_once(key, variant, fail)
 
+    @precondition(lambda self: self.model)
+    @rule(data=st.data())
+    def retry(self, data: st.DataObject) -> None:
+        """A caller retries a key it used before, with the same arguments."""
+        key = data.draw(st.sampled_from(sorted(self.model)))
+        known = self.model[key]
+        self.call_once(key, known.variant, known.fail)
+
     @rule(key=KEYS, variant=VARIANTS, fail=st.booleans(), answer=ANSWERS)
     def probed_call(self, key: str, variant: int, fail: bool, answer: Answer) -> None:
         """A caller whose tool has a probe: its answer applies only as far as the rule allows."""
@@ -542,6 +615,30 @@ class LedgerMachine(RuleBasedStateMachine):
         self.claimed(known)
         known.state = State.IN_DOUBT
         known.reason = DoubtReason.FAILURE_NOT_STORED if fail else DoubtReason.RESULT_NOT_STORED
+
+    @rule(key=KEYS, variant=VARIANTS, fail=st.booleans())
+    def racing_caller(self, key: str, variant: int, fail: bool) -> None:
+        """Another caller claims the key between this one's read and its claim: this one replays."""
+        known = self.expected(key, variant, fail)
+        if known is None or known.state not in (None, State.RELEASED):
+            return
+        ahead: list[Outcome[Receipt]] = []
+        racing = True
+
+        def race(reached: Checkpoint) -> None:
+            nonlocal racing
+            if reached == "before_claim" and racing:
+                racing = False
+                ahead.append(self.act(key, variant, fail))
+
+        with checkpoint_hook(race):
+            outcome = self.act(key, variant, fail)
+        assert len(ahead) == 1
+        self.ran(key, known, ahead[0])
+        if fail:
+            assert outcome == Failed(key, "act", "ValueError", f"declined {variant}", replayed=True)
+        else:
+            assert outcome == Succeeded(key, Receipt(key, variant), replayed=True)
 
     @rule(key=KEYS, variant=VARIANTS)
     def concurrent_caller(self, key: str, variant: int) -> None:
@@ -696,9 +793,23 @@ class PostgresLedgerMachine(LedgerMachine):
     backend = "postgres"
 
 
-MACHINES: dict[str, type[LedgerMachine]] = {
-    "sqlite": LedgerMachine,
-    "postgres": PostgresLedgerMachine,
+class AsyncLedgerMachine(LedgerMachine):
+    """The same machine through the async driver."""
+
+    driver = "async"
+
+
+class AsyncPostgresLedgerMachine(PostgresLedgerMachine):
+    """The same machine on a PostgreSQL schema, through the async driver."""
+
+    driver = "async"
+
+
+MACHINES: dict[tuple[str, Driver], type[LedgerMachine]] = {
+    ("sqlite", "sync"): LedgerMachine,
+    ("postgres", "sync"): PostgresLedgerMachine,
+    ("sqlite", "async"): AsyncLedgerMachine,
+    ("postgres", "async"): AsyncPostgresLedgerMachine,
 }
 EXAMPLES = {
     "sqlite": max(settings().max_examples, 100),
@@ -708,11 +819,12 @@ EXAMPLES = {
 }
 
 
+@pytest.mark.parametrize("driver", ["sync", "async"])
 @pytest.mark.parametrize("backend", ["sqlite", "postgres"])
-def test_ledger_state_machine(backend: str) -> None:
+def test_ledger_state_machine(backend: str, driver: Driver) -> None:
     """Random calls, crashes, frozen owners, restarts, resolves and probes keep to the model."""
     require(backend)
     run_state_machine_as_test(
-        MACHINES[backend],
+        MACHINES[backend, driver],
         settings=settings(settings(), max_examples=EXAMPLES[backend], stateful_step_count=30),
     )
