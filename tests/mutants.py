@@ -575,6 +575,17 @@ MUTANTS = [
         [Edit("safeact/_tool.py", "            self._unrecorded(record, state, exc)\n", "")],
         ["tests/test_recorded.py", "tests/test_state_machine.py"],
     ),
+    Mutant(
+        "act without renewing the lease",
+        [
+            Edit(
+                "safeact/_liveness.py",
+                "            self._held[record.key, record.attempt_id] = None\n",
+                "",
+            )
+        ],
+        ["tests/test_liveness.py"],
+    ),
 ]
 
 
