@@ -38,11 +38,7 @@ CLAIM_THEN_ACT = """            case Claim():
                 return self._claim(request)
 """
 ACT_NOW = "                        value = self._fn(record.key, *args, **kwargs)"
-SYNC_UNDO = (
-    'undo_key = f"{done.key}:compensate"\n        try:\n'
-    '            tool = self._tool(cast("Callable[..., object]", done.compensate))\n'
-    "            outcome = _call_sync("
-)
+UNDO_KEY = "        key = compensation_key(step)\n        outcome = yield Compensate("
 CLAIM_SYNCED = "self._transaction(sync=True) as db:\n            if previous is None:"
 DECIDE_UNSETTLED = "return Wait(record) if reason is None else Doubt(record, reason)"
 CLAIM_RELEASED = "(*attempt, key, State.RELEASED.value, previous.attempt_id),"
@@ -230,9 +226,9 @@ MUTANTS = [
         "compensate in forward order",
         [
             Edit(
-                "safeact/_saga.py",
-                "for key in reversed(saga.steps) if key in runs",
-                "for key in saga.steps if key in runs",
+                "safeact/_saga_run.py",
+                "for key in reversed(saga.steps):",
+                "for key in saga.steps:",
             )
         ],
         ["tests/test_saga.py", "tests/test_saga_async.py"],
@@ -240,12 +236,18 @@ MUTANTS = [
     Mutant(
         "forget to record a compensation",
         [
+            # The sync driver calls the compensation itself, not as a guarded call.
             Edit(
                 "safeact/_saga.py",
-                "outcome = _call_sync(tool, undo_key, (done.value,), {})",
-                "done.compensate(undo_key, done.value)  # type: ignore[misc]\n"
-                "            outcome = Succeeded(undo_key, None)",
-            )
+                "from safeact._outcome import Outcome\n",
+                "from safeact._outcome import Outcome, Succeeded\n",
+            ),
+            Edit(
+                "safeact/_saga.py",
+                "return _call_sync(self._tool(request.undo.call), request.key, "
+                "(request.value,), {})",
+                "return Succeeded(request.key, request.undo.call(request.key, request.value))",
+            ),
         ],
         ["tests/test_saga.py", "tests/test_saga_in_doubt.py"],
     ),
@@ -253,9 +255,11 @@ MUTANTS = [
         "re-run a compensation after a crash",
         [
             Edit(
-                "safeact/_saga.py",
-                SYNC_UNDO,
-                SYNC_UNDO.replace(':compensate"', ':compensate:{id(self)}"'),
+                "safeact/_saga_run.py",
+                UNDO_KEY,
+                UNDO_KEY.replace(
+                    "compensation_key(step)", 'f"{compensation_key(step)}:{id(self)}"'
+                ),
             )
         ],
         ["tests/test_saga.py"],
@@ -373,7 +377,7 @@ MUTANTS = [
         "count a saga step in doubt as rolled back",
         [
             Edit(
-                "safeact/_saga.py",
+                "safeact/_saga_run.py",
                 'report["unresolved"].append(key)',
                 "pass  # nobody knows: nothing to undo",
             )
@@ -384,9 +388,9 @@ MUTANTS = [
         "complete a saga whose re-run did not reach a recorded step",
         [
             Edit(
-                "safeact/_saga.py",
-                "if self._next_index < len(self._recorded):",
-                "if self._next_index < len(self._completed):",
+                "safeact/_saga_run.py",
+                "if self.next_index < len(self.recorded):",
+                "if self.next_index < len(self.completed):",
             )
         ],
         ["tests/test_saga_in_doubt.py"],
@@ -395,7 +399,7 @@ MUTANTS = [
         "call a step in doubt while a saga's rollback is taken up again",
         [
             Edit(
-                "safeact/_saga.py",
+                "safeact/_saga_run.py",
                 "return record is not None and record.state in (State.SUCCEEDED, State.FAILED)",
                 "return record is not None and record.state is not State.RELEASED",
             )

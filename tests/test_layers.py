@@ -94,3 +94,32 @@ def test_the_check_sees_a_late_import_and_ignores_a_type_only_one(tmp_path: Path
 def test_the_low_layers_import_no_backend(name: str) -> None:
     """The key's rules and the store's base know no backend: the backends build on them."""
     assert not {"safeact._sqlite", "safeact._postgres", "safeact._open"} & graph()[name]
+
+
+DESIGN = Path(__file__).resolve().parent.parent / "DESIGN.md"
+
+
+def layers() -> dict[str, int]:
+    """Each module's row in DESIGN.md's map of the package, counted from the top."""
+    text = DESIGN.read_text()
+    table = text[text.index("| layer | modules | job |") :].split("\n\n", 1)[0]
+    placed: dict[str, int] = {}
+    for row, line in enumerate(table.splitlines()[2:]):
+        for name in line.split("|")[2].replace("`", "").split(","):
+            stem = name.strip()
+            placed["safeact" if stem == "safeact" else f"safeact.{stem}"] = row
+    return placed
+
+
+def test_every_import_goes_up_the_map_of_the_package() -> None:
+    """A module imports only modules of its own row or the rows above it in DESIGN's map."""
+    placed = layers()
+    edges = graph()
+    assert sorted(set(edges) - set(placed)) == [], "modules DESIGN.md's map does not place"
+    downward = sorted(
+        f"{name} -> {target}"
+        for name, targets in edges.items()
+        for target in targets
+        if placed[target] > placed[name]
+    )
+    assert downward == []
