@@ -103,8 +103,9 @@ def test_a_purged_key_keeps_its_history_and_is_forgotten(store: Store) -> None:
     ok("a")
     store.purge(utc_now() + LATER)
     history = store.history("a")
-    assert [(e.from_state, e.to_state, e.why, e.by) for e in history[2:]] == [
-        (State.SUCCEEDED, None, Why.PURGED, "operator")
+    attempt = history[0].attempt_id
+    assert [(e.from_state, e.to_state, e.why, e.by, e.attempt_id) for e in history[2:]] == [
+        (State.SUCCEEDED, None, Why.PURGED, "operator", attempt)
     ]
     assert ok("a") == Succeeded("a", 1)
     assert runs == ["a", "a"]
@@ -148,7 +149,13 @@ def test_a_running_sagas_steps_are_kept(store: Store) -> None:
     saga.__exit__(None, None, None)
     assert store.purge(utc_now() + LATER) == Purged(("order:0:step",), ("order",))
     assert store.get_saga("order") is None
-    assert [e.why for e in store.saga_history("order")][-1] is Why.PURGED
+    last = store.saga_history("order")[-1]
+    assert (last.from_state, last.to_state, last.why, last.by) == (
+        SagaState.COMPLETED,
+        None,
+        Why.PURGED,
+        "operator",
+    )
 
 
 def test_a_rolled_back_saga_goes_with_its_steps_and_compensations(store: Store) -> None:
