@@ -31,6 +31,7 @@ import attrs
 
 from safeact._codec import encode_untyped
 from safeact._history import Event
+from safeact._ledger import utc_now
 from safeact._open import get_store, names_postgres
 from safeact._protocol import (
     UNSETTLED,
@@ -44,8 +45,9 @@ from safeact._protocol import (
 from safeact._reconcile import Probe
 from safeact._schema import migrate
 from safeact._sqlite import SqliteStore
-from safeact._store import NO_RESULT, Store, utc_now
+from safeact._store import Store
 from safeact._tool import _Guard
+from safeact._transitions import NO_RESULT
 from safeact.exceptions import CorruptRecordError, SafeError
 
 if TYPE_CHECKING:

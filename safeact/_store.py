@@ -30,7 +30,7 @@ from safeact._protocol import State, may_mark
 from safeact._reconcile import Probe, reconcile_key
 from safeact._retention import Retention
 from safeact._saga_rows import SagaRows
-from safeact._transitions import NO_RESULT, KeyTransitions
+from safeact._transitions import KeyTransitions
 
 if TYPE_CHECKING:
     from collections.abc import Mapping
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
 
     from safeact._history import Event
 
-__all__ = ["NO_RESULT", "Store", "utc_now"]
+__all__ = ["Store"]
 
 
 class Store(KeyTransitions, Audit, SagaRows, Listing, Retention, Liveness):

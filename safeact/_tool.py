@@ -45,12 +45,14 @@ from safeact._call import (
 from safeact._codec import ResultNotStorableError, check_return_type, decode, encode
 from safeact._history import Why
 from safeact._keys import args_hash, check_ignore, check_key, check_text, ignored_names
+from safeact._ledger import utc_now
 from safeact._open import get_store
 from safeact._outcome import Outcome, Succeeded, failed_from, in_doubt_from
 from safeact._owner import Owner
 from safeact._protocol import JSON, DoubtReason, Record, State, owner_may_write
 from safeact._reconcile import Probe, reconcile_key
-from safeact._store import NO_RESULT, Store, utc_now
+from safeact._store import Store
+from safeact._transitions import NO_RESULT
 from safeact.exceptions import StoreError
 
 __all__ = ["AsyncSafeTool", "SafeTool", "raise_on_doubt", "safe"]
