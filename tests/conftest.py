@@ -18,6 +18,16 @@ settings.load_profile(
 )
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark each test that asks for ``postgres_ledger``: ``-k "not postgres"`` is the SQLite half.
+
+    Tests on both backends say which in their ids already; these may not say it in their names.
+    """
+    for item in items:
+        if "postgres_ledger" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.postgres)
+
+
 @pytest.fixture
 def ledger(tmp_path: Path) -> Path:
     """Path of a ledger file that does not exist yet."""
