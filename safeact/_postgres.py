@@ -6,6 +6,7 @@ created and upgraded only by ``migrate`` (``safeact migrate DSN``), never by ope
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import hashlib
 import logging
@@ -390,6 +391,19 @@ class _Liveness:
             self._sessions[where] = _take(dsn, lock, wait=wait)
             return lost
 
+    def close(self) -> None:
+        """At exit: end this process's sessions, as its end would a moment later.
+
+        Only its own: a forked child holds copies of its parent's connections, and closing
+        one would end the parent's session (the server sees one socket).
+        """
+        with self._lock:
+            mine = [where for where in self._sessions if where[0] == os.getpid()]
+            for where in mine:
+                session = self._sessions.pop(where)
+                if session is not None:
+                    session.close()
+
 
 def _holds(session: psycopg.Connection[Any], lock: int) -> bool:
     """Whether ``session`` is alive and holds ``lock`` (a proxy may have swapped it)."""
@@ -424,6 +438,7 @@ def _take(dsn: str, lock: int, *, wait: bool) -> psycopg.Connection[Any]:
 
 
 _liveness = _Liveness()
+atexit.register(_liveness.close)
 
 
 class _Executor:

@@ -13,6 +13,8 @@ import hashlib
 import logging
 import os
 import socket
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -337,3 +339,69 @@ def test_an_owner_without_machine_or_namespace_keeps_its_schema_2_lock() -> None
     identity = f"{old.host}\0{old.boot_id}\0{old.pid}\0{old.started}".encode()  # as then
     schema_2 = int.from_bytes(hashlib.sha256(identity).digest()[:8], "big", signed=True)
     assert _owner_lock(old) == schema_2
+
+
+USE_AND_EXIT = """
+import sys
+from safeact import get_store, safe
+store = get_store(sys.argv[1])
+
+
+@safe(store, name="t")
+def one(key: str) -> int:
+    return 1
+
+
+print(one("k").unwrap())
+"""
+
+
+def test_a_process_ends_its_liveness_session_when_it_exits(postgres_ledger: str) -> None:
+    """An interpreter that claimed a key closes its liveness session at exit, not leaking it."""
+    done = subprocess.run(
+        [sys.executable, "-W", "always::ResourceWarning", "-c", USE_AND_EXIT, postgres_ledger],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "1\n", "")
+
+
+FORK_AND_EXIT = """
+import os, sys
+import psycopg
+from safeact import safe
+from safeact._owner import this_process
+from safeact._postgres import _HOLDERS, _halves, _owner_lock
+from safeact.postgres import PostgresStore
+
+store = PostgresStore(sys.argv[1], host="forking")
+
+
+@safe(store, name="t")
+def seven(key: str) -> int:
+    return 7
+
+
+seven("k")
+child = os.fork()
+if child == 0:
+    sys.exit(0)  # a normal end: the exit handlers run
+os.waitpid(child, 0)
+lock = _owner_lock(this_process("forking"))
+with psycopg.connect(sys.argv[1]) as db:
+    print(len(db.execute(_HOLDERS, _halves(lock)).fetchall()))
+"""
+
+
+def test_a_forked_child_exiting_leaves_its_parents_liveness_session(postgres_ledger: str) -> None:
+    """A child forked after a claim ends normally; its parent's session still holds the lock."""
+    done = subprocess.run(
+        [sys.executable, "-c", FORK_AND_EXIT, postgres_ledger],
+        capture_output=True,
+        text=True,
+        timeout=DEADLINE,
+        check=False,
+    )
+    assert (done.returncode, done.stdout, done.stderr) == (0, "1\n", "")
