@@ -28,6 +28,7 @@ from safeact._saga_run import (
     Move,
     Read,
     ReadSaga,
+    Rebuild,
     RecordStep,
     SagaFailed,
     SagaRequest,
@@ -49,7 +50,7 @@ R = TypeVar("R")
 logger = logging.getLogger("safeact")
 
 _Tool: TypeAlias = "SafeTool[..., object] | AsyncSafeTool[..., object]"
-_LedgerRequest: TypeAlias = Begin | RecordStep | Move | ReadSaga | Read
+_LedgerRequest: TypeAlias = Begin | RecordStep | Move | ReadSaga | Read | Rebuild
 
 
 class Saga:
@@ -286,7 +287,7 @@ class Saga:
             return None
 
     def _ledger(self, request: _LedgerRequest) -> object:
-        """Carry out one of the run's reads or writes of the ledger."""
+        """Carry out one of the run's reads or writes of the ledger, or a rebuild of a result."""
         match request:
             case Begin(saga_id):
                 return self.store._begin_saga(saga_id)
@@ -301,6 +302,8 @@ class Saga:
                 return self.store.get_saga(saga_id)
             case Read(key):
                 return self.store.get(key)
+            case Rebuild(record, replay):
+                return replay(record)
 
 
 def _call_sync(

@@ -49,6 +49,7 @@ __all__ = [
     "Move",
     "Read",
     "ReadSaga",
+    "Rebuild",
     "RecordStep",
     "SagaFailed",
     "SagaRequest",
@@ -205,7 +206,20 @@ class Compensate:
     undo: Undo
 
 
-SagaRequest: TypeAlias = Begin | RecordStep | Move | ReadSaga | Read | Compensate
+@attrs.frozen
+class Rebuild:
+    """Rebuild the result ``record`` holds as its step's return type, with ``replay``.
+
+    A request, not a call the machine makes itself: a result that cannot be rebuilt makes
+    ``replay`` read the ledger (whose decision stored it), which an async driver does off its
+    event loop, and a large result takes time to decode.
+    """
+
+    record: Record
+    replay: Callable[[Record], object]
+
+
+SagaRequest: TypeAlias = Begin | RecordStep | Move | ReadSaga | Read | Rebuild | Compensate
 """What a run of a saga asks of its driver."""
 
 UndoKind: TypeAlias = Literal["compensated", "replayed", "failed", "in_doubt", "unreached"]
@@ -335,7 +349,8 @@ class SagaRun:
                     raise (yield from self.roll_back(step=key, outcome=_stored_outcome(stored)))
                 # Compensations get the value as stored, the same in every run, so their
                 # arguments match when a rollback is taken up again.
-                self.completed.append(Done(key, value if replayed else replay(stored), undo))
+                rebuilt = value if replayed else (yield Rebuild(stored, replay))
+                self.completed.append(Done(key, rebuilt, undo))
                 return value
             case Failed(exception=exception):
                 raise (yield from self.roll_back(step=key, outcome=outcome)) from exception

@@ -1,10 +1,13 @@
 """Async sagas: async steps and compensations, the same order and once-only guarantees."""
 
 import asyncio
+import contextlib
+import threading
 
 import pytest
 
 from safeact import Saga, SagaFailed, SagaState, Store
+from safeact._ledger import Executor
 
 
 class Backends:
@@ -103,3 +106,36 @@ def test_async_rollback_goes_on_past_a_compensation_that_cannot_run(store: Store
     assert caught.value.failed == ("s:1:charge",)
     assert caught.value.compensated == ("s:0:charge",)
     assert backends.log[-1] == "refund s:0:charge:compensate 500"
+
+
+def test_an_async_sagas_ledger_work_stays_off_its_event_loop(store: Store) -> None:
+    """Every read and write of an async saga of async steps runs in a worker thread."""
+    backends = Backends()
+    on_loop: list[str] = []
+    loop_thread: list[int] = []
+    read, transaction = store._read, store._transaction
+
+    def watched_read(sql: str, parameters: tuple[object, ...]) -> list[object]:
+        if threading.get_ident() in loop_thread:
+            on_loop.append(sql)
+        return read(sql, parameters)
+
+    def watched_transaction(*, sync: bool) -> contextlib.AbstractContextManager[Executor]:
+        if threading.get_ident() in loop_thread:
+            on_loop.append(f"transaction (sync={sync})")
+        return transaction(sync=sync)
+
+    async def run() -> None:
+        loop_thread.append(threading.get_ident())
+        async with Saga("s", store) as saga:
+            await saga.step(backends.charge, 500, compensate=backends.refund)
+            await saga.step(backends.ledger)
+
+    store._read = watched_read  # type: ignore[method-assign]
+    store._transaction = watched_transaction  # type: ignore[method-assign]
+    with pytest.raises(SagaFailed):
+        asyncio.run(run())
+    assert (backends.log, on_loop) == (
+        ["charge s:0:charge", "ledger s:1:ledger", "refund s:0:charge:compensate 500"],
+        [],
+    )

@@ -28,6 +28,7 @@ from safeact._saga_run import (
     Move,
     Read,
     ReadSaga,
+    Rebuild,
     RecordStep,
     SagaRequest,
     SagaRun,
@@ -163,6 +164,8 @@ class World:
                 return self.saga
             case Read(key):
                 return self.calls.get(key)
+            case Rebuild(record, replay):
+                return replay(record)
             case Compensate(step, key, _, _):
                 self.run.asked.append(Asked(request, self.calls.get(step), self.calls.get(key)))
                 return self.call(key, None, UNDO_FATES)
