@@ -27,7 +27,7 @@ if TYPE_CHECKING:
 
     from safeact._protocol import Record
 
-__all__ = ["Liveness"]
+__all__ = ["Liveness", "stop_heartbeats"]
 
 logger = logging.getLogger("safeact")
 
@@ -107,7 +107,7 @@ _BEATING: weakref.WeakSet[Liveness] = weakref.WeakSet()
 
 
 @atexit.register
-def _stop_heartbeats() -> None:
+def stop_heartbeats() -> None:
     """Stop every heartbeat before the interpreter tears itself down.
 
     Runs after the non-daemon threads have ended; a daemon thread's action still running then

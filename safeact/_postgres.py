@@ -20,6 +20,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from psycopg_pool import ConnectionPool
 
 from safeact._ledger import LEASE, Cursor
+from safeact._liveness import stop_heartbeats
 from safeact._owner import Owner
 from safeact._protocol import Record
 from safeact._store import Store
@@ -438,7 +439,17 @@ def _take(dsn: str, lock: int, *, wait: bool) -> psycopg.Connection[Any]:
 
 
 _liveness = _Liveness()
-atexit.register(_liveness.close)
+
+
+@atexit.register
+def _end_sessions() -> None:
+    """At exit: stop the heartbeats first (they check the sessions), then end the sessions.
+
+    Exit handlers run newest first, and this module is imported after ``_liveness``, whose
+    own handler would otherwise stop the heartbeats only after the sessions had ended.
+    """
+    stop_heartbeats()
+    _liveness.close()
 
 
 class _Executor:
