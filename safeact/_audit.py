@@ -8,7 +8,7 @@ and deletes of ``history`` (a trigger), and a purge keeps it.
 from __future__ import annotations
 
 import functools
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Literal
 
 from safeact._ledger import Ledger
 from safeact._rows import each, event_values, read_event, read_late, readable
@@ -27,7 +27,7 @@ _APPEND = (
 )
 
 
-def record_event(db: Executor, kind: str, event: Event) -> None:
+def record_event(db: Executor, kind: Literal["key", "saga"], event: Event) -> None:
     """Append ``event`` to the history of a key (``kind`` "key") or a saga ("saga")."""
     db.execute(_APPEND, event_values(kind, event))
 

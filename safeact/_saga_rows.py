@@ -1,6 +1,6 @@
 """A saga's rows: its state, its steps in order, and the moves between its states.
 
-``_saga`` decides what a saga does; this module only reads and writes what it decided, each
+``_saga_run`` decides what a saga does; this module only reads and writes what it decided, each
 change with its event in the saga's history.
 """
 

@@ -426,7 +426,9 @@ class SagaRun:
         saga = cast("SagaRecord | None", (yield ReadSaga(self.saga_id)))
         if saga is None:
             raise SafeError(f"saga {self.saga_id!r} vanished from {self.ledger}")
-        undos = {done.key: (done.value, done.undo) for done in self.completed if done.undo}
+        undos = {
+            done.key: (done.value, done.undo) for done in self.completed if done.undo is not None
+        }
         went: dict[str, UndoKind] = {}
         for key in reversed(saga.steps):  # newest first, in the ledger's order
             if key in undos:

@@ -18,13 +18,17 @@ settings.load_profile(
 )
 
 
+POSTGRES_FIXTURES = frozenset({"postgres_ledger", "empty_postgres", "empty_schema"})
+"""The fixtures that give a test a database on the PostgreSQL server."""
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Mark each test that asks for ``postgres_ledger``: ``-k "not postgres"`` is the SQLite half.
+    """Mark each test that asks for the server: ``-k "not postgres"`` is the SQLite half.
 
     Tests on both backends say which in their ids already; these may not say it in their names.
     """
     for item in items:
-        if "postgres_ledger" in getattr(item, "fixturenames", ()):
+        if POSTGRES_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.postgres)
 
 

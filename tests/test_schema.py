@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 
 from safeact import get_store
+from safeact._postgres import _MIGRATIONS as POSTGRES_STEPS
 from safeact._schema import _MIGRATIONS, migrate
 from safeact._tables import SCHEMA_VERSION
 from tests.conftest import postgres_or_skip
@@ -25,7 +26,9 @@ from tests.conftest import postgres_or_skip
 DATA = Path(__file__).with_name("data")
 SQLITE_LEDGERS = {1: DATA / "ledger-v1.db", 2: DATA / "ledger-v2.db"}
 """A ledger file of each older version, as its safeact wrote it (see tests/test_migrate.py)."""
-POSTGRES_V2 = DATA / "postgres-v2.sql"
+POSTGRES_DUMPS = {2: DATA / "postgres-v2.sql"}
+"""What a safeact of each older PostgreSQL schema version created (PostgreSQL began at 2)."""
+POSTGRES_V2 = POSTGRES_DUMPS[2]
 """What a safeact of schema 2, the first on PostgreSQL, created in an empty schema."""
 POSTGRES_CATALOG = {
     "columns": "SELECT table_name, ordinal_position, column_name, data_type, is_nullable, "
@@ -255,8 +258,10 @@ def empty_postgres() -> Iterator[str]:
 
 
 def test_every_older_version_has_a_ledger_to_migrate() -> None:
-    """Each older SQLite schema version has its migration step and a ledger file to test it."""
+    """Each older schema version has its migration step and a ledger to test it, per database."""
     assert list(range(1, SCHEMA_VERSION)) == sorted(SQLITE_LEDGERS) == sorted(_MIGRATIONS)
+    assert list(range(2, SCHEMA_VERSION)) == sorted(POSTGRES_DUMPS) == sorted(POSTGRES_STEPS)
+    assert all(dump.exists() for dump in POSTGRES_DUMPS.values())
 
 
 @pytest.mark.parametrize("version", sorted(SQLITE_LEDGERS))
