@@ -15,6 +15,8 @@ from hypothesis import strategies as st
 
 from safeact import DoubtReason, Failed, InDoubt, State, Succeeded
 from safeact._call import (
+    FIRST_PAUSE,
+    LONGEST_PAUSE,
     Act,
     Ask,
     Claim,
@@ -81,6 +83,7 @@ class Trace:
 
     requests: list[Request] = attrs.Factory(list)
     claimed: list[Record] = attrs.Factory(list)
+    notes: list[str | None] = attrs.Factory(list)
     acted: list[Returned | Raised] = attrs.Factory(list)
 
 
@@ -127,7 +130,9 @@ def respond(  # noqa: C901, PLR0911 - a case per request
         case Mark():
             return data.draw(st.booleans())
         case Ask():
-            return data.draw(st.none() | st.just("withheld"))
+            note = data.draw(st.none() | st.just("withheld"))
+            trace.notes.append(note)
+            return note
         case Pause(seconds):
             clock[0] += seconds
             return None
@@ -243,3 +248,100 @@ def test_checkpoints_come_in_the_order_of_record_before_execute() -> None:
     # Read before any checkpoint; Claim after before_claim; Act after after_claim; Finish
     # after after_call.
     assert requests == ["Read@0", "Claim@1", "Act@2", "Finish@3"]
+
+
+LIMIT = 500
+"""More requests than any call here needs: a core that would loop for ever fails instead."""
+
+
+def wait_out_a_live_owner(wait: float) -> tuple[list[float], Outcome[object], float]:
+    """Run a call whose key a live owner holds throughout; its pauses, outcome, time waited."""
+    clock = [0.0]
+    steps = guarded_call(
+        "k",
+        HASH,
+        tool="act",
+        wait=wait,
+        probing=False,
+        replay=replay,
+        encode=lambda value: value,  # type: ignore[arg-type,return-value]
+        utc_now=lambda: NOW,
+        monotonic=lambda: clock[0],
+    )
+    pauses: list[float] = []
+    answer: object = None
+    try:
+        for _ in range(LIMIT):
+            match steps.send(answer):
+                case Read():
+                    answer = record(State.ATTEMPTING)  # its lease runs for 25 s more
+                case Look():
+                    answer = Sighting(gone=False, lost=False)
+                case Pause(seconds):
+                    pauses.append(seconds)
+                    clock[0] += seconds
+                    answer = None
+                case other:
+                    raise AssertionError(f"a call on a live owner's key asked for {other}")
+    except StopIteration as done:
+        return pauses, done.value, clock[0]
+    raise AssertionError(f"still waiting after {LIMIT} requests")
+
+
+@given(st.floats(min_value=0.0, max_value=1.0, allow_subnormal=False))
+def test_a_live_owner_is_waited_for_with_doubling_pauses_for_wait_seconds(wait: float) -> None:
+    """Pauses start at FIRST_PAUSE, double up to LONGEST_PAUSE, never pass the deadline."""
+    pauses, outcome, waited = wait_out_a_live_owner(wait)
+    expected: list[float] = []
+    clock, pause = 0.0, FIRST_PAUSE
+    while wait - clock > 0:
+        expected.append(min(pause, wait - clock))
+        clock += expected[-1]
+        pause = min(2 * pause, LONGEST_PAUSE)
+    assert (pauses, waited) == (expected, clock)
+    assert isinstance(outcome, InDoubt)
+    assert outcome.reason is DoubtReason.IN_FLIGHT
+
+
+@given(st.data())
+def test_the_probe_is_asked_about_the_doubt_and_its_note_is_kept(data: st.DataObject) -> None:
+    """The probe hears why the key is in doubt; what it withheld comes back in the receipt."""
+    trace, outcome = drive(data, probing=True, wait=0.0)
+    asks = [i for i, request in enumerate(trace.requests) if isinstance(request, Ask)]
+    for i in asks:
+        ask = trace.requests[i]
+        assert isinstance(ask, Ask)
+        assert ask.reason is not None
+        before = trace.requests[i - 1]
+        if isinstance(before, Mark):
+            assert ask.reason is before.reason
+    if asks and isinstance(outcome, InDoubt) and outcome.reason is not DoubtReason.IN_FLIGHT:
+        assert outcome.note == trace.notes[-1]
+
+
+@given(st.sampled_from([Returned(5, OWNER.pid + 1), Raised(ValueError("no"), OWNER.pid + 1)]))
+def test_a_child_forked_inside_the_action_reports_without_writing(acted: Returned | Raised) -> None:
+    """A child's outcome is its own, not recorded: the attempt is its parent's to write."""
+    claimed = record(State.ATTEMPTING)
+    steps = guarded_call(
+        "k",
+        HASH,
+        tool="act",
+        wait=0.0,
+        probing=False,
+        replay=replay,
+        encode=lambda value: value,  # type: ignore[arg-type,return-value]
+        utc_now=lambda: NOW,
+    )
+    assert steps.send(None) == Read("k")
+    assert steps.send(None) == Claim("k", HASH, None)
+    assert steps.send(claimed) == Act(claimed)
+    with pytest.raises(StopIteration) as done:
+        steps.send(acted)
+    match acted:
+        case Returned(value):
+            assert done.value.value == Succeeded("k", value, recorded=False)
+        case Raised(error):
+            assert done.value.value == Failed(
+                "k", "act", "ValueError", "no", recorded=False, exception=error
+            )
