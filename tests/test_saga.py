@@ -90,6 +90,8 @@ def test_failing_step_compensates_completed_steps_newest_first(store: Store) -> 
     assert (failure.step, failure.reason) == ("refund-8842:3:ledger", None)
     assert isinstance(failure.outcome, Failed)
     assert failure.outcome.message == "ledger is down"
+    # The step's own outcome, live exception and all, not one read back from the ledger.
+    assert failure.outcome.exception is failure.__cause__
     assert failure.compensated == ("refund-8842:1:send", "refund-8842:0:charge")
     assert failure.skipped == ("refund-8842:2:note",)
     assert (failure.replayed, failure.failed, failure.in_doubt) == ((), (), ())
