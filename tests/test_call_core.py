@@ -6,6 +6,7 @@ only right after a claim that went through, at most once, and its outcome is wri
 its owner; a call that did not run the action never says it ran it.
 """
 
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import attrs
@@ -33,7 +34,7 @@ from safeact._call import (
 )
 from safeact._outcome import Outcome, failed_from
 from safeact._owner import Owner
-from safeact._protocol import Record, checkpoint_hook, may_mark
+from safeact._protocol import UNSETTLED, Doubt, Record, checkpoint_hook, may_mark, next_step
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 HASH = "0123456789abcdef" * 4
@@ -84,6 +85,7 @@ class Trace:
     requests: list[Request] = attrs.Factory(list)
     claimed: list[Record] = attrs.Factory(list)
     notes: list[str | None] = attrs.Factory(list)
+    answers: list[object] = attrs.Factory(list)
     acted: list[Returned | Raised] = attrs.Factory(list)
 
 
@@ -108,6 +110,7 @@ def drive(data: st.DataObject, *, probing: bool, wait: float) -> tuple[Trace, Ou
             request = steps.send(answer)
             trace.requests.append(request)
             answer = respond(data, request, trace, clock)
+            trace.answers.append(answer)
     except StopIteration as done:
         return trace, done.value
 
@@ -345,3 +348,27 @@ def test_a_child_forked_inside_the_action_reports_without_writing(acted: Returne
             assert done.value.value == Failed(
                 "k", "act", "ValueError", "no", recorded=False, exception=error
             )
+
+
+def always(answer: bool) -> Callable[[Owner], bool]:
+    """What is known of every owner: ``answer``."""
+    return lambda _: answer
+
+
+@given(st.data())
+def test_every_doubt_the_ledger_can_learn_from_is_marked(data: st.DataObject) -> None:
+    """When the rules find a key in doubt for a reason that adds to its row, the row is marked."""
+    trace, _ = drive(data, probing=True, wait=0.0)
+    for i, request in enumerate(trace.requests[:-2]):
+        found = trace.answers[i]
+        if not isinstance(request, Read) or not isinstance(found, Record):
+            continue
+        if found.state not in UNSETTLED:
+            continue
+        seen = trace.answers[i + 1]
+        assert isinstance(seen, Sighting)
+        step = next_step(
+            found, "act", HASH, now=NOW, owner_gone=always(seen.gone), owner_lost=always(seen.lost)
+        )
+        if isinstance(step, Doubt) and may_mark(step.record, step.reason):
+            assert trace.requests[i + 2] == Mark(step.record, step.reason)
