@@ -6,7 +6,8 @@ only right after a claim that went through, at most once, and its outcome is wri
 its owner; a call that did not run the action never says it ran it.
 """
 
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Generator
 from datetime import UTC, datetime, timedelta
 
 import attrs
@@ -34,7 +35,7 @@ from safeact._call import (
 )
 from safeact._outcome import Outcome, failed_from
 from safeact._owner import Owner
-from safeact._protocol import UNSETTLED, Doubt, Record, checkpoint_hook, may_mark, next_step
+from safeact._protocol import JSON, UNSETTLED, Doubt, Record, checkpoint_hook, may_mark, next_step
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 HASH = "0123456789abcdef" * 4
@@ -89,20 +90,32 @@ class Trace:
     acted: list[Returned | Raised] = attrs.Factory(list)
 
 
-def drive(data: st.DataObject, *, probing: bool, wait: float) -> tuple[Trace, Outcome[object]]:
-    """Answer the core's requests with made-up answers until it returns (or LIMIT is hit)."""
-    clock = [0.0]
-    steps = guarded_call(
+def stored(value: object) -> JSON:
+    """The action's value as the ledger would keep it (the actions here return ints)."""
+    return value if isinstance(value, int) else str(value)
+
+
+def call(
+    *, wait: float = 0.0, probing: bool = False, clock: list[float] | None = None
+) -> Generator[Request, object, Outcome[object]]:
+    """A guarded call of key "k"; ``clock[0]``, when given, is its monotonic clock."""
+    return guarded_call(
         "k",
         HASH,
         tool="act",
         wait=wait,
         probing=probing,
         replay=replay,
-        encode=lambda value: value if isinstance(value, int) else str(value),
+        encode=stored,
         utc_now=lambda: NOW,
-        monotonic=lambda: clock[0],
+        monotonic=time.monotonic if clock is None else lambda: clock[0],
     )
+
+
+def drive(data: st.DataObject, *, probing: bool, wait: float) -> tuple[Trace, Outcome[object]]:
+    """Answer the core's requests with made-up answers until it returns (or LIMIT is hit)."""
+    clock = [0.0]
+    steps = call(wait=wait, probing=probing, clock=clock)
     trace = Trace()
     answer: object = None
     try:
@@ -229,16 +242,7 @@ def test_checkpoints_come_in_the_order_of_record_before_execute() -> None:
         Finish: True,
     }
     with checkpoint_hook(seen.append):
-        steps = guarded_call(
-            "k",
-            HASH,
-            tool="act",
-            wait=0.0,
-            probing=False,
-            replay=replay,
-            encode=lambda value: value,  # type: ignore[arg-type,return-value]
-            utc_now=lambda: NOW,
-        )
+        steps = call()
         requests: list[str] = []
         answer: object = None
         with pytest.raises(StopIteration) as done:
@@ -260,17 +264,7 @@ LIMIT = 500
 def wait_out_a_live_owner(wait: float) -> tuple[list[float], Outcome[object], float]:
     """Run a call whose key a live owner holds throughout; its pauses, outcome, time waited."""
     clock = [0.0]
-    steps = guarded_call(
-        "k",
-        HASH,
-        tool="act",
-        wait=wait,
-        probing=False,
-        replay=replay,
-        encode=lambda value: value,  # type: ignore[arg-type,return-value]
-        utc_now=lambda: NOW,
-        monotonic=lambda: clock[0],
-    )
+    steps = call(wait=wait, clock=clock)
     pauses: list[float] = []
     answer: object = None
     try:
@@ -326,16 +320,7 @@ def test_the_probe_is_asked_about_the_doubt_and_its_note_is_kept(data: st.DataOb
 def test_a_child_forked_inside_the_action_reports_without_writing(acted: Returned | Raised) -> None:
     """A child's outcome is its own, not recorded: the attempt is its parent's to write."""
     claimed = record(State.ATTEMPTING)
-    steps = guarded_call(
-        "k",
-        HASH,
-        tool="act",
-        wait=0.0,
-        probing=False,
-        replay=replay,
-        encode=lambda value: value,  # type: ignore[arg-type,return-value]
-        utc_now=lambda: NOW,
-    )
+    steps = call()
     assert steps.send(None) == Read("k")
     assert steps.send(None) == Claim("k", HASH, None)
     assert steps.send(claimed) == Act(claimed)
