@@ -82,26 +82,41 @@ def store(any_ledger: str) -> Iterator[Store]:
         yield opened
 
 
+def empty_postgres_schema(server: str = POSTGRES) -> tuple[str, Callable[[], None]]:
+    """A schema of its own on ``server`` with nothing in it: its URL, and what drops it."""
+    import psycopg  # the SQLite half runs without it
+
+    schema = f"safeact_test_{uuid.uuid4().hex[:12]}"
+    with psycopg.connect(server, autocommit=True) as admin:
+        admin.execute(f"CREATE SCHEMA {schema}")
+    separator = "&" if "?" in server else "?"
+
+    def drop() -> None:
+        with psycopg.connect(server, autocommit=True) as admin:
+            admin.execute(f"DROP SCHEMA {schema} CASCADE")
+
+    return f"{server}{separator}options=-csearch_path%3D{schema}", drop
+
+
+@pytest.fixture
+def empty_postgres() -> Iterator[str]:
+    """The URL of a schema of its own on the test server with nothing in it."""
+    dsn, drop = empty_postgres_schema(postgres_or_skip())
+    try:
+        yield dsn
+    finally:
+        drop()
+
+
 def new_postgres_schema(server: str = POSTGRES) -> tuple[str, Callable[[], None]]:
     """A fresh, migrated safeact schema of its own on ``server``: its URL, and what drops it.
 
     For code that cannot use the ``postgres_ledger`` fixture (a Hypothesis state machine makes
     one ledger per example); call ``postgres_or_skip`` first.
     """
-    import psycopg  # the SQLite half runs without it
-
     from safeact._postgres import migrate_postgres
 
-    schema = f"safeact_test_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f"CREATE SCHEMA {schema}")
-    separator = "&" if "?" in server else "?"
-    dsn = f"{server}{separator}options=-csearch_path%3D{schema}"
-
-    def drop() -> None:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f"DROP SCHEMA {schema} CASCADE")
-
+    dsn, drop = empty_postgres_schema(server)
     try:
         migrate_postgres(dsn)
     except BaseException:

@@ -2,17 +2,12 @@
 
 import subprocess
 import sys
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
-import psycopg
-import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from safeact import get_store, safe
 from tests.actions import bury_owners
-from tests.conftest import postgres_or_skip
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -29,30 +24,16 @@ def pay(key: str) -> int:
     return 1
 
 
-@pytest.fixture
-def empty_schema() -> Iterator[str]:
-    """The URL of a schema of its own with no safeact tables in it yet."""
-    server = postgres_or_skip()
-    schema = f"safeact_cli_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f"CREATE SCHEMA {schema}")
-    try:
-        yield f"{server}?options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f"DROP SCHEMA {schema} CASCADE")
-
-
-def test_migrate_creates_the_schema_once(empty_schema: str) -> None:
+def test_migrate_creates_the_schema_once(empty_postgres: str) -> None:
     """`safeact migrate URL` creates the schema; a second run finds it current."""
-    first, second = run("migrate", empty_schema), run("migrate", empty_schema)
-    assert (first.returncode, first.stdout) == (0, f"created schema 3 in {empty_schema}\n")
-    assert (second.returncode, second.stdout) == (0, f"{empty_schema} is already at schema 3\n")
+    first, second = run("migrate", empty_postgres), run("migrate", empty_postgres)
+    assert (first.returncode, first.stdout) == (0, f"created schema 3 in {empty_postgres}\n")
+    assert (second.returncode, second.stdout) == (0, f"{empty_postgres} is already at schema 3\n")
 
 
-def test_a_database_without_the_schema_is_refused_with_the_fix(empty_schema: str) -> None:
+def test_a_database_without_the_schema_is_refused_with_the_fix(empty_postgres: str) -> None:
     """Any other command on an unmigrated database: one line naming `safeact migrate`, exit 2."""
-    result = run("ls", empty_schema)
+    result = run("ls", empty_postgres)
     assert result.returncode == 2
     (line,) = result.stderr.splitlines()
     assert line.startswith("safeact: error: ")

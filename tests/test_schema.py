@@ -10,8 +10,6 @@ import contextlib
 import re
 import shutil
 import sqlite3
-import uuid
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -21,7 +19,6 @@ from safeact import get_store
 from safeact._postgres import _MIGRATIONS as POSTGRES_STEPS
 from safeact._schema import _MIGRATIONS, migrate
 from safeact._tables import SCHEMA_VERSION
-from tests.conftest import postgres_or_skip
 
 DATA = Path(__file__).with_name("data")
 SQLITE_LEDGERS = {1: DATA / "ledger-v1.db", 2: DATA / "ledger-v2.db"}
@@ -238,23 +235,6 @@ def index_of(name: str, definition: str) -> tuple[str, list[str], tuple[str, lis
     found = re.search(r"USING \w+ \((.*?)\)(?: WHERE (.*))?$", definition)
     assert found is not None, definition
     return name, found[1].split(", "), one_of(found[2]) if found[2] else None
-
-
-@pytest.fixture
-def empty_postgres() -> Iterator[str]:
-    """The URL of a schema of its own on the test server with nothing in it."""
-    import psycopg
-
-    server = postgres_or_skip()
-    schema = f"safeact_empty_{uuid.uuid4().hex[:12]}"
-    with psycopg.connect(server, autocommit=True) as admin:
-        admin.execute(f"CREATE SCHEMA {schema}")
-    try:
-        separator = "&" if "?" in server else "?"
-        yield f"{server}{separator}options=-csearch_path%3D{schema}"
-    finally:
-        with psycopg.connect(server, autocommit=True) as admin:
-            admin.execute(f"DROP SCHEMA {schema} CASCADE")
 
 
 def test_every_older_version_has_a_ledger_to_migrate() -> None:
