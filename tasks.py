@@ -33,7 +33,8 @@ BENCH_PEERS = (
     "redis==8.1.0",
     "boto3==1.44.8",
 )
-MUTMUT = "mutmut==3.8.1"
+MUTMUT = ("mutmut==3.8.1", "pytest-timeout==2.4.0")
+"""mutmut, and the per-test time-out that ends a mutant which deadlocks its event loop."""
 MCP1 = "mcp==1.30.0"
 """The other major of the MCP SDK that safeact.mcp supports (the dev pin is 2.x)."""
 DETECTED = {1, 3, 24, -24, 36, 152, 255}
@@ -243,7 +244,7 @@ def mutants(arguments: list[str]) -> None:
 
 def mutate(arguments: list[str]) -> None:
     """Run mutmut afresh over the modules and tests [tool.mutmut] names; print the score."""
-    python = venv(ROOT / ".venv-mutate", "--editable", f"{ROOT}[dev]", MUTMUT)
+    python = venv(ROOT / ".venv-mutate", "--editable", f"{ROOT}[dev]", *MUTMUT)
     copy = ROOT / "mutants"
     shutil.rmtree(copy, ignore_errors=True)
     copy.mkdir()  # on PYTHONPATH from the start, so child processes import the mutated package
