@@ -11,6 +11,7 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from safeact._group_commit import GroupCommit
 from safeact._ledger import LEASE
 from safeact._schema import BUSY_TIMEOUT, check_usable, prepare
 from safeact._store import Store
@@ -86,6 +87,7 @@ class SqliteStore(Store):
         self._fsync_attempts = fsync_attempts
         self._local = threading.local()
         self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
+        self._group = GroupCommit()
         _check_regular_file(path)
         self._create_file()
         check_usable(self._path)  # before any writable connection: see check_usable
@@ -105,25 +107,32 @@ class SqliteStore(Store):
     def _transaction(self, *, sync: bool) -> Iterator[sqlite3.Connection]:
         """``BEGIN IMMEDIATE`` … ``COMMIT``: the write lock for the whole transaction.
 
-        ``sync`` commits with ``synchronous=FULL`` (the WAL is fsynced before the commit
-        returns), otherwise ``NORMAL`` (durable across a process crash; synced at the next
-        FULL commit or checkpoint).
+        Every commit is durable across a crash of this process (``synchronous=NORMAL``: it
+        is in the WAL). With ``sync`` it is on disk before the block's exit returns: the
+        WAL is fsynced after the commit, outside the write lock, by one fsync shared with
+        the commits made meanwhile (``GroupCommit``).
         """
         connection = self._connection()
-        full = sync and self._fsync_attempts
-        if full:
-            connection.execute("PRAGMA synchronous = FULL")
+        connection.execute("BEGIN IMMEDIATE")
         try:
-            connection.execute("BEGIN IMMEDIATE")
-            try:
-                yield connection
-                connection.execute("COMMIT")
-            finally:
-                if connection.in_transaction:
-                    connection.execute("ROLLBACK")
+            yield connection
+            connection.execute("COMMIT")
         finally:
-            if full:
-                connection.execute("PRAGMA synchronous = NORMAL")
+            if connection.in_transaction:
+                connection.execute("ROLLBACK")
+        if sync and self._fsync_attempts:
+            try:
+                self._group.durable(self._sync_wal)
+            except OSError as exc:
+                raise StoreError(f"{self._path}: a commit may not be on disk: {exc}") from exc
+
+    def _sync_wal(self) -> None:
+        """Sync the WAL to disk: every commit made so far is on disk when it returns."""
+        fd = os.open(f"{self._path}-wal", os.O_RDONLY | os.O_CLOEXEC)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
 
     def _read(self, sql: str, parameters: tuple[object, ...]) -> list[Any]:
         with self._errors():
@@ -159,6 +168,7 @@ class SqliteStore(Store):
 
     def _forget_connections(self) -> None:
         self._connections = weakref.WeakSet()
+        self._group = GroupCommit()  # a parent thread may have held its lock at the fork
 
     def _create_file(self) -> None:
         """Create the ledger file with owner-only permissions, if it does not exist."""

@@ -14,6 +14,7 @@ transaction. Which moves are allowed is ``_protocol``'s, in pure functions (``ma
 
 from __future__ import annotations
 
+import contextlib
 import json
 from datetime import timedelta
 from typing import TYPE_CHECKING, Any
@@ -38,7 +39,7 @@ from safeact._protocol import (
 )
 from safeact._rows import time_text
 from safeact._tables import SCHEMA_VERSION
-from safeact.exceptions import NotProvenError, SafeError
+from safeact.exceptions import NotProvenError, SafeError, StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -350,27 +351,35 @@ class KeyTransitions(Ledger):
             to_state=State.ATTEMPTING,
             attempt_id=attempt_id,
         )
-        with self._errors(), self._transaction(sync=True) as db:
-            if previous is None:
-                if not db.execute(
-                    "INSERT INTO calls (key, tool, args_hash, state, attempt_id, "
-                    "attempted_at, owner_host, owner_boot, owner_pid, owner_started, "
-                    "owner_machine, owner_pidns, lease_until, schema_version) "
-                    "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
-                    "ON CONFLICT (key) DO NOTHING",
-                    (key, tool, args_hash, *attempt, SCHEMA_VERSION),
+        try:
+            with self._errors(), self._transaction(sync=True) as db:
+                if previous is None:
+                    if not db.execute(
+                        "INSERT INTO calls (key, tool, args_hash, state, attempt_id, "
+                        "attempted_at, owner_host, owner_boot, owner_pid, owner_started, "
+                        "owner_machine, owner_pidns, lease_until, schema_version) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                        "ON CONFLICT (key) DO NOTHING",
+                        (key, tool, args_hash, *attempt, SCHEMA_VERSION),
+                    ).rowcount:
+                        return None
+                elif not db.execute(
+                    "UPDATE calls SET state = ?, attempt_id = ?, attempted_at = ?, owner_host = ?, "
+                    "owner_boot = ?, owner_pid = ?, owner_started = ?, owner_machine = ?, "
+                    "owner_pidns = ?, lease_until = ?, "
+                    "finished_at = NULL, result = NULL, error_type = NULL, error_message = NULL, "
+                    "doubt_reason = NULL WHERE key = ? AND state = ? AND attempt_id = ?",
+                    (*attempt, key, State.RELEASED.value, previous.attempt_id),
                 ).rowcount:
                     return None
-            elif not db.execute(
-                "UPDATE calls SET state = ?, attempt_id = ?, attempted_at = ?, owner_host = ?, "
-                "owner_boot = ?, owner_pid = ?, owner_started = ?, owner_machine = ?, "
-                "owner_pidns = ?, lease_until = ?, "
-                "finished_at = NULL, result = NULL, error_type = NULL, error_message = NULL, "
-                "doubt_reason = NULL WHERE key = ? AND state = ? AND attempt_id = ?",
-                (*attempt, key, State.RELEASED.value, previous.attempt_id),
-            ).rowcount:
-                return None
-            record_event(db, "key", event)
+                record_event(db, "key", event)
+        except StoreError:
+            # A claim can commit and then fail to be made durable (its fsync failed) or to
+            # answer (the connection dropped): record that this attempt is over, so that
+            # nobody waits on a row its live owner has given up. Its action never ran.
+            with contextlib.suppress(Exception):
+                self._mark_in_doubt(key, attempt_id, DoubtReason.INTERRUPTED)
+            raise
         return Record(
             key=key,
             tool=tool,

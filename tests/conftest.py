@@ -33,6 +33,23 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture
+def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The name of each file this process fsyncs from Python, in order, once synced.
+
+    Tests append their own events to the list, to check what happened after which sync.
+    """
+    synced: list[str] = []
+    fsync = os.fsync
+
+    def recorded(fd: int) -> None:
+        fsync(fd)
+        synced.append(Path(f"/proc/self/fd/{fd}").readlink().name)
+
+    monkeypatch.setattr(os, "fsync", recorded)
+    return synced
+
+
+@pytest.fixture
 def ledger(tmp_path: Path) -> Path:
     """Path of a ledger file that does not exist yet."""
     return tmp_path / "agent.db"

@@ -39,7 +39,7 @@ CLAIM_THEN_ACT = """            case Claim():
 """
 ACT_NOW = "                        value = self._fn(record.key, *args, **kwargs)"
 UNDO_KEY = "        key = compensation_key(step)\n        outcome = yield Compensate("
-CLAIM_SYNCED = "self._transaction(sync=True) as db:\n            if previous is None:"
+CLAIM_SYNCED = "self._transaction(sync=True) as db:\n                if previous is None:"
 DECIDE_UNSETTLED = "return Wait(record) if reason is None else Doubt(record, reason)"
 CLAIM_RELEASED = "(*attempt, key, State.RELEASED.value, previous.attempt_id),"
 CLAIM_ANY = "(*attempt, key, previous.state.value, previous.attempt_id),"
@@ -138,7 +138,7 @@ MUTANTS = [
                 CLAIM_SYNCED.replace("sync=True", "sync=False"),
             )
         ],
-        ["tests/test_ledger.py"],
+        ["tests/test_group_commit.py", "tests/test_ledger.py"],
     ),
     Mutant(
         "treat ATTEMPTING as re-runnable",

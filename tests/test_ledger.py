@@ -263,37 +263,31 @@ def test_resolve_refuses_a_result_that_is_not_json(store: SqliteStore) -> None:
     assert record.state is State.ATTEMPTING
 
 
-def test_claim_is_synced_and_finish_is_not(ledger: Path) -> None:
-    """The ATTEMPTING insert commits with synchronous=FULL; the SUCCEEDED update with NORMAL."""
-    statements: list[str] = []
+def test_claim_is_synced_before_the_action_and_finish_is_not(
+    ledger: Path, fsyncs: list[str]
+) -> None:
+    """The ATTEMPTING claim's WAL is fsynced before the action runs; the outcome is not."""
     with SqliteStore(ledger) as store:
-        store._connection().set_trace_callback(statements.append)
 
         @safe(store)
         def act(key: str) -> int:
+            fsyncs.append("act")
             return 1
 
         act("k")
-    inserts = [i for i, s in enumerate(statements) if s.startswith("INSERT INTO calls")]
-    updates = [i for i, s in enumerate(statements) if s.startswith("UPDATE calls")]
-    assert len(inserts) == 1
-    assert len(updates) == 1
-    assert _synchronous_before(statements, inserts[0]) == "FULL"
-    assert _synchronous_before(statements, updates[0]) == "NORMAL"
+    assert fsyncs == ["agent.db-wal", "act"]
 
 
-def test_fsync_attempts_false_never_syncs_a_claim(ledger: Path) -> None:
-    """The documented relaxation commits ATTEMPTING with synchronous=NORMAL."""
-    statements: list[str] = []
+def test_fsync_attempts_false_never_syncs_a_claim(ledger: Path, fsyncs: list[str]) -> None:
+    """The documented relaxation: nothing is fsynced for a claim."""
     with SqliteStore(ledger, fsync_attempts=False) as store:
-        store._connection().set_trace_callback(statements.append)
         store._claim("k", "act", "h", attempt_id="a", previous=None)
-    assert "PRAGMA synchronous = FULL" not in statements
+    assert fsyncs == []
 
 
-def _synchronous_before(statements: list[str], index: int) -> str:
-    pragmas = [s for s in statements[:index] if s.startswith("PRAGMA synchronous")]
-    return pragmas[-1].rsplit(" ", 1)[-1] if pragmas else "NORMAL"
+def test_sqlite_itself_never_syncs_a_commit(store: SqliteStore) -> None:
+    """Commits are synchronous=NORMAL: the syncs that make a claim durable are safeact's."""
+    assert store._connection().execute("PRAGMA synchronous").fetchone() == (1,)
 
 
 def test_version_is_the_project_version() -> None:
@@ -364,17 +358,15 @@ def test_in_doubt_mark_never_overwrites_a_finished_attempt(store: SqliteStore) -
     assert record.state is State.SUCCEEDED
 
 
-def test_claim_of_a_released_key_is_synced(ledger: Path) -> None:
-    """Taking over a RELEASED row is an ATTEMPTING commit too: synchronous=FULL."""
-    statements: list[str] = []
+def test_claim_of_a_released_key_is_synced(ledger: Path, fsyncs: list[str]) -> None:
+    """Taking over a RELEASED row is an ATTEMPTING commit too: fsynced before it returns."""
     with SqliteStore(ledger) as store:
         store._claim("k", "act", "h", attempt_id="a", previous=None)
         bury_owners(store)
         released = store.resolve("k", happened=False)
-        store._connection().set_trace_callback(statements.append)
+        fsyncs.clear()
         assert store._claim("k", "act", "h", attempt_id="b", previous=released) is not None
-    (update,) = [i for i, s in enumerate(statements) if s.startswith("UPDATE calls")]
-    assert _synchronous_before(statements, update) == "FULL"
+    assert fsyncs == ["agent.db-wal"]
 
 
 CRASHED_WRITER = """
