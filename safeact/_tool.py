@@ -8,6 +8,7 @@ import logging
 import os
 import shlex
 import sys
+import threading
 import time
 import types
 import typing
@@ -25,6 +26,8 @@ from typing import (
     cast,
     overload,
 )
+
+import attrs
 
 from safeact._call import (
     Act,
@@ -380,6 +383,24 @@ class _Guard(Generic[T_co]):
             ),
         )
 
+    def _ledger(self, request: Request) -> object:
+        """Carry out one of the call's requests that the ledger (or the probe) answers, blocking."""
+        match request:
+            case Read(key):
+                return self.store.get(key)
+            case Look(owner):
+                return self._look(owner)
+            case Claim():
+                return self._claim(request)
+            case Mark():
+                return self._mark(request)
+            case Ask(record, reason):
+                return self._probe(record, reason)
+            case Finish():
+                return self._finish(request)
+            case Pause() | Act():
+                raise TypeError(f"{request!r} is the driver's to carry out, not the ledger's")
+
     def _look(self, owner: Owner) -> Sighting:
         return Sighting(gone=self.store._owner_gone(owner), lost=self.store._owner_lost(owner))
 
@@ -532,21 +553,11 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
         except StopIteration as done:
             return cast("Outcome[T_co]", done.value)
 
-    def _perform(  # noqa: C901, PLR0911 - a case per request
+    def _perform(
         self, request: Request, args: tuple[object, ...], kwargs: dict[str, object]
     ) -> object:
         """Carry out one request of the call, blocking."""
         match request:
-            case Read(key):
-                return self.store.get(key)
-            case Look(owner):
-                return self._look(owner)
-            case Claim():
-                return self._claim(request)
-            case Mark():
-                return self._mark(request)
-            case Ask(record, reason):
-                return self._probe(record, reason)
             case Pause(seconds):
                 time.sleep(seconds)
                 return None
@@ -560,15 +571,16 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
                         self._ended_by_interrupt(record)
                         raise
                 return Returned(value, os.getpid())
-            case Finish():
-                return self._finish(request)
+            case _:
+                return self._ledger(request)
 
 
 class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
     """An ``async def`` function guarded by a ledger: ``await tool(key, ...)`` gives an ``Outcome``.
 
-    The same guarantees as ``SafeTool``. The ledger's blocking work runs in worker threads,
-    so it does not stall the event loop; waiting for a live owner sleeps on the loop. A
+    The same guarantees as ``SafeTool``. The ledger's blocking work runs in a worker thread,
+    one hop for each stretch of it (two for a new key, one for a replay), so it does not
+    stall the event loop; the action and the waits for a live owner run on the loop. A
     cancelled task is an interruption: the key is left IN_DOUBT (interrupted) and the
     ``CancelledError`` propagates.
     """
@@ -600,72 +612,91 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
     @_key_given
     async def __call__(self, key: str, /, *args: P.args, **kwargs: P.kwargs) -> Outcome[T_co]:
         """Run the coroutine function at most once for ``key``; see ``SafeTool.__call__``."""
-        steps = self._steps(key, self._digest(key, args, kwargs))
-        answer: object = None
-        try:
-            while True:
-                answer = await self._perform(steps.send(answer), args, kwargs)
-        except StopIteration as done:
-            return cast("Outcome[T_co]", done.value)
-
-    async def _perform(  # noqa: C901, PLR0911 - a case per request
-        self, request: Request, args: tuple[object, ...], kwargs: dict[str, object]
-    ) -> object:
-        """Carry out one request of the call: the ledger's work in a worker thread."""
         import asyncio  # noqa: PLC0415 - only async callers pay for it (~20 ms)
 
-        match request:
-            case Read(key):
-                return await asyncio.to_thread(self.store.get, key)
-            case Look(owner):
-                return await asyncio.to_thread(self._look, owner)
-            case Claim():
-                return await _unstoppable(
-                    asyncio.to_thread(self._claim, request), on_cancel=self._interrupted
-                )
-            case Mark():
-                return await asyncio.to_thread(self._mark, request)
-            case Ask(record, reason):
-                return await asyncio.to_thread(self._probe, record, reason)
-            case Pause(seconds):
-                await asyncio.sleep(seconds)
-                return None
-            case Act(record):
-                with self.store._hold(record):
-                    try:
-                        value = await self._fn(record.key, *args, **kwargs)  # type: ignore[arg-type] # P was checked by the caller's signature
-                    except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
-                        return Raised(exc, os.getpid())
-                    except BaseException:
-                        # Blocking for one short write: an await here could itself be cancelled.
-                        self._ended_by_interrupt(record)
-                        raise
-                return Returned(value, os.getpid())
-            case Finish():
-                return await _unstoppable(asyncio.to_thread(self._finish, request))
+        steps = self._steps(key, self._digest(key, args, kwargs))
+        answer: object = None
+        while True:
+            match await self._in_thread(steps, answer):
+                case _Ended(outcome):
+                    return cast("Outcome[T_co]", outcome)
+                case Pause(seconds):
+                    await asyncio.sleep(seconds)
+                    answer = None
+                case Act(record):
+                    answer = await self._act(record, args, kwargs)
+                case Ask(record, reason):
+                    answer = await asyncio.to_thread(self._probe, record, reason)
+
+    async def _in_thread(
+        self, steps: Generator[Request, object, Outcome[T_co]], answer: object
+    ) -> Pause | Act | Ask | _Ended:
+        """Send ``answer`` and carry out the ledger's requests in one worker thread (``_advance``).
+
+        The thread's work is finished even if the awaiting task is cancelled meanwhile: a
+        claim or a write of an outcome cut off half way would leave the key ATTEMPTING under
+        a live process that no longer holds it. A cancelled caller stops the thread before it
+        claims, marks a claim already made in doubt (interrupted: the action never ran) and
+        re-raises the cancellation.
+        """
+        import asyncio  # noqa: PLC0415 - only async callers pay for it (~20 ms)
+
+        cancelled = threading.Event()
+        work = asyncio.ensure_future(asyncio.to_thread(self._advance, steps, answer, cancelled))
+        try:
+            # A Claim comes back only when the caller was cancelled, which raises below.
+            return cast("Pause | Act | Ask | _Ended", await asyncio.shield(work))
+        except asyncio.CancelledError:
+            cancelled.set()
+            step = await work
+            if isinstance(step, Act):
+                self._interrupted(step.record)
+            raise
+
+    def _advance(
+        self,
+        steps: Generator[Request, object, Outcome[T_co]],
+        answer: object,
+        cancelled: threading.Event,
+    ) -> Pause | Act | Ask | Claim | _Ended:
+        """Send ``answer``, and carry out the ledger's requests, until the loop's turn.
+
+        Returns the first request that is the event loop's (a pause, the action, a probe),
+        a claim not made because the caller was cancelled, or the call's end: so a new key
+        costs two hops to a worker thread (up to the action, then its outcome), a replay one.
+        """
+        try:
+            while True:
+                request = steps.send(answer)
+                if isinstance(request, Pause | Act | Ask) or (
+                    isinstance(request, Claim) and cancelled.is_set()
+                ):
+                    return request
+                answer = self._ledger(request)
+        except StopIteration as done:
+            return _Ended(cast("Outcome[object]", done.value))
+
+    async def _act(
+        self, record: Record, args: tuple[object, ...], kwargs: dict[str, object]
+    ) -> Returned | Raised:
+        """Await the action under ``record``'s attempt, its lease renewed meanwhile."""
+        with self.store._hold(record):
+            try:
+                value = await self._fn(record.key, *args, **kwargs)  # type: ignore[arg-type] # P was checked by the caller's signature
+            except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
+                return Raised(exc, os.getpid())
+            except BaseException:
+                # Blocking for one short write: an await here could itself be cancelled.
+                self._ended_by_interrupt(record)
+                raise
+        return Returned(value, os.getpid())
 
 
-async def _unstoppable(
-    work: Coroutine[Any, Any, T], on_cancel: Callable[[Record], None] | None = None
-) -> T:
-    """Await ledger ``work`` to its end even if the awaiting task is cancelled meanwhile.
+@attrs.frozen
+class _Ended:
+    """The call's ``outcome``: the machine has nothing more to ask."""
 
-    A claim or a record of an outcome that is cut off half way would leave the key
-    ATTEMPTING under a live process that no longer holds it. So the work finishes in its
-    thread; a cancelled caller then re-raises the cancellation, after ``on_cancel`` has
-    been given the claimed record (which it marks in doubt: the action never ran, but the
-    key was taken).
-    """
-    import asyncio  # noqa: PLC0415 - only async callers pay for it (~20 ms)
-
-    task = asyncio.ensure_future(work)
-    try:
-        return await asyncio.shield(task)
-    except asyncio.CancelledError:
-        done = await task
-        if on_cancel is not None and isinstance(done, Record):
-            on_cancel(done)
-        raise
+    outcome: Outcome[object]
 
 
 @overload

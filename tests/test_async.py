@@ -7,6 +7,7 @@ import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any, TypeVar
 
 import pytest
 
@@ -22,8 +23,10 @@ from safeact import (
     _sqlite,
     safe,
 )
-from safeact._protocol import Checkpoint, checkpoint_hook
+from safeact._protocol import Record
 from tests.actions import Receipt
+
+T = TypeVar("T")
 
 
 def charge_tool(store: Store, runs: list[str]) -> AsyncSafeTool[[int], Receipt]:
@@ -119,18 +122,23 @@ def test_cancelled_task_leaves_the_key_in_doubt(store: Store) -> None:
 async def claiming(
     charge: AsyncSafeTool[[int], Receipt],
 ) -> AsyncIterator[asyncio.Task[Outcome[Receipt]]]:
-    """Start ``charge("k", 5)`` as a task; enter once its claim of the ledger is under way."""
+    """Start ``charge("k", 5)`` as a task; enter once its claim is being written (in a thread)."""
     loop = asyncio.get_running_loop()
     started = asyncio.Event()
+    store = charge.store
+    claim = store._claim
 
-    def on_claim(point: Checkpoint) -> None:
-        if point == "before_claim":
-            loop.call_soon_threadsafe(started.set)
+    def signalled(*args: Any, **kwargs: Any) -> Record | None:
+        loop.call_soon_threadsafe(started.set)
+        return claim(*args, **kwargs)
 
-    with checkpoint_hook(on_claim):
+    store._claim = signalled  # type: ignore[method-assign]
+    try:
         call = asyncio.create_task(charge("k", 5))
         await started.wait()
         yield call
+    finally:
+        del store._claim
 
 
 def hold_write_lock(location: str) -> Callable[[], None]:
@@ -240,6 +248,58 @@ def test_cancel_during_the_claim_leaves_no_orphan(
     assert record is not None
     assert (record.state, record.doubt_reason) == (State.IN_DOUBT, DoubtReason.INTERRUPTED)
     assert runs == []
+
+
+def test_a_task_cancelled_before_its_claim_claims_nothing(store: Store) -> None:
+    """Cancelled while its key is read, a call stops before claiming: no row, nothing ran."""
+    runs: list[str] = []
+    charge = charge_tool(store, runs)
+    reading, go_on = threading.Event(), threading.Event()
+    get = store.get
+
+    def held(key: str) -> Record | None:
+        reading.set()
+        assert go_on.wait(30)
+        return get(key)
+
+    store.get = held  # type: ignore[method-assign]
+
+    async def cancel_while_reading() -> None:
+        call = asyncio.create_task(charge("k", 5))
+        assert await asyncio.to_thread(reading.wait, 30)
+        call.cancel()
+        await asyncio.sleep(0)  # the task takes its cancellation: the loop runs callbacks FIFO
+        go_on.set()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+
+    asyncio.run(cancel_while_reading())
+    del store.get
+    assert store.get("k") is None
+    assert runs == []
+
+
+def test_a_new_key_costs_two_hops_to_a_worker_thread_and_a_replay_one(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The ledger's work for a call runs in one hop per stretch, not one per statement."""
+    hops: list[str] = []
+    to_thread = asyncio.to_thread
+
+    async def counted(work: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
+        hops.append(work.__name__)
+        return await to_thread(work, *args, **kwargs)
+
+    monkeypatch.setattr(asyncio, "to_thread", counted)
+    charge = charge_tool(store, [])
+
+    async def new_then_replay() -> tuple[int, int]:
+        await charge("k", 5)
+        new = len(hops)
+        await charge("k", 5)
+        return new, len(hops) - new
+
+    assert asyncio.run(new_then_replay()) == (2, 1)
 
 
 def test_cancel_while_the_outcome_waits_to_be_recorded_still_records_it(store: Store) -> None:
