@@ -31,9 +31,9 @@ import attrs
 
 from safeact._codec import encode_untyped
 from safeact._history import Event
-from safeact._ledger import utc_now
 from safeact._open import get_store, names_postgres
 from safeact._protocol import (
+    NO_RESULT,
     UNSETTLED,
     DoubtReason,
     Record,
@@ -41,13 +41,13 @@ from safeact._protocol import (
     SagaState,
     State,
     abandonment,
+    utc_now,
 )
 from safeact._reconcile import Probe
 from safeact._schema import migrate
 from safeact._sqlite import SqliteStore
 from safeact._store import Store
 from safeact._tool import _Guard
-from safeact._transitions import NO_RESULT
 from safeact.exceptions import CorruptRecordError, SafeError
 
 if TYPE_CHECKING:

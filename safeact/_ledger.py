@@ -14,16 +14,16 @@ from __future__ import annotations
 import contextlib
 import os
 import threading
-from datetime import UTC, datetime
+from datetime import datetime
 from typing import Any, ClassVar, Protocol
 
 from safeact._history import Event, Why
 from safeact._owner import Owner, is_gone, this_process
-from safeact._protocol import DoubtReason, Record, SagaState, State, abandonment
+from safeact._protocol import DoubtReason, Record, SagaState, State, abandonment, utc_now
 from safeact._rows import read_record
 from safeact.exceptions import SafeError
 
-__all__ = ["COLUMNS", "LEASE", "Cursor", "Executor", "Ledger", "utc_now"]
+__all__ = ["COLUMNS", "LEASE", "Cursor", "Executor", "Ledger"]
 
 
 class Cursor(Protocol):
@@ -52,11 +52,6 @@ COLUMNS = (
 
 LEASE = 30.0
 """Default seconds an owner's claim stays alive without a heartbeat."""
-
-
-def utc_now() -> datetime:
-    """Return the current time, timezone-aware UTC."""
-    return datetime.now(UTC)
 
 
 class Ledger:

@@ -9,8 +9,8 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING
 
-from safeact._ledger import COLUMNS, Ledger, utc_now
-from safeact._protocol import Record, State
+from safeact._ledger import COLUMNS, Ledger
+from safeact._protocol import Record, State, utc_now
 from safeact._rows import Reading, each, member, read_record, readable, text_of, time_text
 from safeact._tables import UNSETTLED_SQL
 

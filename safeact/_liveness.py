@@ -17,8 +17,8 @@ import weakref
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
-from safeact._ledger import Ledger, utc_now
-from safeact._protocol import State
+from safeact._ledger import Ledger
+from safeact._protocol import State, utc_now
 from safeact._rows import time_text
 from safeact.exceptions import StoreError
 

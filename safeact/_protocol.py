@@ -57,20 +57,20 @@ from __future__ import annotations
 import enum
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import TYPE_CHECKING, Literal, TypeAlias
+from datetime import UTC, datetime
+from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import attrs
 
 from safeact.exceptions import KeyConflictError, SafeError
 
 if TYPE_CHECKING:
-    from datetime import datetime
-
     from safeact._owner import Owner
 
 __all__ = [
     "CALL_CHECKPOINTS",
     "JSON",
+    "NO_RESULT",
     "OWNER_KNOWS",
     "PROOF",
     "SUSPICION",
@@ -95,7 +95,18 @@ __all__ = [
     "next_step",
     "owner_may_write",
     "release_refusal",
+    "utc_now",
 ]
+
+
+NO_RESULT: Any = object()
+"""``resolve``'s default result: none given (``None`` is a result)."""
+
+
+def utc_now() -> datetime:
+    """Return the current time, timezone-aware UTC: the clock every decision is given."""
+    return datetime.now(UTC)
+
 
 JSON: TypeAlias = bool | int | float | str | list["JSON"] | dict[str, "JSON"] | None
 

@@ -22,11 +22,10 @@ import attrs
 
 from safeact._audit import Audit
 from safeact._codec import encode_untyped
-from safeact._ledger import utc_now
 from safeact._listing import Listing
 from safeact._liveness import Liveness
 from safeact._outcome import in_doubt_from
-from safeact._protocol import State, may_mark
+from safeact._protocol import State, may_mark, utc_now
 from safeact._reconcile import Probe, reconcile_key
 from safeact._retention import Retention
 from safeact._saga_rows import SagaRows

@@ -15,6 +15,7 @@ import typing
 import uuid
 from collections.abc import Callable, Coroutine, Generator, Iterable
 from typing import (
+    TYPE_CHECKING,
     Any,
     Concatenate,
     Generic,
@@ -48,15 +49,22 @@ from safeact._call import (
 from safeact._codec import ResultNotStorableError, check_return_type, decode, encode
 from safeact._history import Why
 from safeact._keys import args_hash, check_ignore, check_key, check_text, ignored_names
-from safeact._ledger import utc_now
-from safeact._open import get_store
 from safeact._outcome import Outcome, Succeeded, failed_from, in_doubt_from
 from safeact._owner import Owner
-from safeact._protocol import JSON, DoubtReason, Record, State, owner_may_write
-from safeact._reconcile import Probe, reconcile_key
-from safeact._store import Store
-from safeact._transitions import NO_RESULT
+from safeact._protocol import (
+    JSON,
+    NO_RESULT,
+    DoubtReason,
+    Record,
+    State,
+    owner_may_write,
+    utc_now,
+)
 from safeact.exceptions import StoreError
+
+if TYPE_CHECKING:
+    from safeact._reconcile import Probe
+    from safeact._store import Store
 
 __all__ = ["AsyncSafeTool", "SafeTool", "raise_on_doubt", "safe"]
 
@@ -126,6 +134,10 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
             check_text(name, "the tool name")
         if wait < 0:
             raise ValueError(f"wait must be 0 or more seconds, got {wait}")
+        # The ledger's modules load when a tool is first made, not when safeact is imported.
+        from safeact._open import get_store  # noqa: PLC0415
+        from safeact._store import Store  # noqa: PLC0415
+
         self._store = store if isinstance(store, Store) else get_store(store)
         self._name = name
         self._wait = wait
@@ -267,6 +279,8 @@ class _Guard(Generic[T_co]):
         """
         if self.reconcile is None:
             return None
+        from safeact._reconcile import reconcile_key  # noqa: PLC0415 - probes load when used
+
         receipt = in_doubt_from(record, reason)
         event = reconcile_key(self.store, record, receipt, self.reconcile, self._encode)
         if event is not None and event.why is Why.RELEASE_WITHHELD:

@@ -17,15 +17,16 @@ from __future__ import annotations
 import contextlib
 import json
 from datetime import timedelta
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import attrs
 
 from safeact._audit import record_event
 from safeact._codec import encode_untyped
 from safeact._history import DECIDED, Event, Why, why_finished, why_in_doubt
-from safeact._ledger import Ledger, utc_now
+from safeact._ledger import Ledger
 from safeact._protocol import (
+    NO_RESULT,
     UNSETTLED,
     DoubtReason,
     Record,
@@ -36,6 +37,7 @@ from safeact._protocol import (
     checkpoint,
     may_mark,
     release_refusal,
+    utc_now,
 )
 from safeact._rows import time_text
 from safeact._tables import SCHEMA_VERSION
@@ -47,10 +49,7 @@ if TYPE_CHECKING:
     from safeact._ledger import Executor
     from safeact._protocol import JSON
 
-__all__ = ["NO_RESULT", "KeyTransitions"]
-
-NO_RESULT: Any = object()
-"""``resolve``'s default result: none given (``None`` is a result)."""
+__all__ = ["KeyTransitions"]
 
 _OWNER_WRITES = frozenset({State.ATTEMPTING, State.IN_DOUBT, State.RELEASED})
 """Where an owner's completion replaces its attempt's row: nothing is replayed from them."""

@@ -38,10 +38,9 @@ from safeact import (
     get_store,
     safe,
 )
-from safeact._ledger import utc_now
 from safeact._owner import Owner, is_gone, this_process
 from safeact._postgres import _owner_lock, migrate_postgres
-from safeact._protocol import CALL_CHECKPOINTS, Checkpoint, checkpoint_hook
+from safeact._protocol import CALL_CHECKPOINTS, Checkpoint, checkpoint_hook, utc_now
 from safeact._tables import SCHEMA_VERSION
 from safeact.postgres import PostgresStore
 from tests.actions import count_effects, record_effect

@@ -16,7 +16,7 @@ from safeact import (
     Why,
     safe,
 )
-from safeact._ledger import utc_now
+from safeact._protocol import utc_now
 from safeact._tool import SafeTool
 from tests.actions import bury_owners
 

@@ -4,6 +4,9 @@ A name added to ``safeact`` or to ``Store`` is a promise to users; these tests m
 one a decision (edit the list here, README and DESIGN), never an accident.
 """
 
+import importlib
+import subprocess
+import sys
 import types
 
 import safeact
@@ -75,8 +78,54 @@ def test_the_package_exports_its_api_and_nothing_private() -> None:
         if name not in safeact.__all__
         and not name.startswith("__")
         and not isinstance(value, types.ModuleType)
-        and name != "TYPE_CHECKING"
+        and name not in ("TYPE_CHECKING", "_LAZY")
     }
     assert stray == set()
     for internal in ("next_step", "guarded_call", "claim", "Request", "names_postgres"):
         assert not hasattr(safeact, internal)
+
+
+NOT_FOR_A_CALL = {
+    "sqlite3",
+    "asyncio",
+    "psycopg",
+    "safeact._store",
+    "safeact._ledger",
+    "safeact._sqlite",
+    "safeact._postgres",
+    "safeact._schema",
+    "safeact._tables",
+    "safeact._saga",
+    "safeact._saga_run",
+    "safeact._keyed",
+    "safeact._reconcile",
+    "safeact._cli",
+    "langgraph",
+    "langchain_core",
+    "mcp",
+    "dbos",
+    "temporalio",
+    "pydantic_ai",
+    "agents",
+}
+"""What ``import safeact`` must not load: the ledger, backends, sagas, probes, CLI, frameworks."""
+
+
+def test_import_loads_only_what_a_guarded_call_needs() -> None:
+    """In a fresh interpreter, ``import safeact`` loads none of them; they load when used."""
+    code = "import sys, safeact; print(*sorted(sys.modules))"
+    loaded = set(
+        subprocess.run(
+            [sys.executable, "-c", code], check=True, capture_output=True, text=True
+        ).stdout.split()
+    )
+    assert "safeact._tool" in loaded
+    assert loaded & NOT_FOR_A_CALL == set()
+
+
+def test_every_lazy_name_is_its_modules_own_object() -> None:
+    """A name loaded on first use is the same object its module defines, and dir() lists it."""
+    assert set(safeact._LAZY) <= set(safeact.__all__)
+    for name, module in safeact._LAZY.items():
+        assert getattr(safeact, name) is getattr(importlib.import_module(module), name)
+        assert name in dir(safeact)
