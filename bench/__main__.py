@@ -4,10 +4,12 @@
 
 Every row is measured in this run: the median, over several rounds, of the time per call;
 ratios compare rows of the same run, since absolute times on shared machines say little.
-Peers (effect-ledger, DBOS, AWS Powertools with Redis) are measured when installed and
-skipped with a note otherwise; so are the PostgreSQL rows (bench/postgres.py), when psycopg
-is installed and the server at SAFEACT_BENCH_POSTGRES answers. Writes the table to stdout
-and every figure to PATH (default bench-results.json).
+Peers (effect-ledger, DBOS, AWS Powertools with the shared Redis and with a Redis of this
+run's own that syncs every write) are measured when installed and skipped with a note
+otherwise; so are the PostgreSQL rows (bench/postgres.py), when psycopg is installed and
+the server at SAFEACT_BENCH_POSTGRES answers. Every figure that has a target in
+bench/targets.py is printed with it and a verdict. Writes the tables to stdout and every
+figure to PATH (default bench-results.json).
 """
 
 import argparse
@@ -21,19 +23,40 @@ import tempfile
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Coroutine
 from itertools import count
 from pathlib import Path
+from typing import Any, NamedTuple
 
+from bench.loop_lag import lateness_during, p99
 from bench.peers import peer_rows
 from bench.postgres import postgres_figures
-from bench.timing import per_call, repeat
+from bench.targets import Judged, judge
+from bench.timing import ROUNDS, per_call, repeat, shares
 from safeact import Saga, get_store, safe
 from safeact._protocol import DoubtReason
 from safeact._tables import SCHEMA_VERSION
 
 # What the peers' notes are to be read against.
 SAFEACT_DURABILITY = "WAL; ATTEMPTING synced before the action, the result not"
+THREADS = 8
+TASKS = 100
+PEERS = (
+    "effect-ledger",
+    "DBOS",
+    "Powertools + Redis",
+    "Powertools + Redis with appendfsync always",
+)
+IMPORT_FIGURE = "import safeact beyond import attrs, cattrs"
+LAG_FIGURE = f"event loop lag under {TASKS} concurrent calls, p99"
+
+
+class Lag(NamedTuple):
+    """How late a 1 ms ticker on the event loop woke, in milliseconds, under some load."""
+
+    p99: float
+    worst: float
+    ticks: int
 
 
 def bare_connection(path: Path) -> sqlite3.Connection:
@@ -118,7 +141,8 @@ def fill(path: Path, keys: int) -> None:
     connection.close()
 
 
-def safeact_rows(folder: Path, calls: int) -> dict[str, float]:
+def safeact_rows(folder: Path, calls: int) -> tuple[dict[str, float], Lag]:
+    """The rows of safeact on SQLite, and the event loop's lag under TASKS concurrent calls."""
     store = get_store(folder / "safeact.db")
     keys = count()
 
@@ -146,12 +170,12 @@ def safeact_rows(folder: Path, calls: int) -> dict[str, float]:
         for _ in range(n):
             act(f"k{next(keys)}", 1)
 
-    def async_new_keys(n: int) -> None:
-        async def go() -> None:
-            for _ in range(n):
-                await act_async(f"a{next(keys)}", 1)
+    async def one_task(n: int) -> None:
+        for _ in range(n):
+            await act_async(f"a{next(keys)}", 1)
 
-        asyncio.run(go())
+    async def many_tasks(n: int) -> None:
+        await asyncio.gather(*(one_task(share) for share in shares(n, TASKS)))
 
     def sagas(n: int) -> None:
         for _ in range(n):
@@ -160,13 +184,7 @@ def safeact_rows(folder: Path, calls: int) -> dict[str, float]:
                     saga.step(act, step)
 
     def threads(n: int) -> None:
-        per_thread = max(n // 8, 1)
-
-        def worker() -> None:
-            for _ in range(per_thread):
-                act(f"t{next(keys)}-{threading.get_ident()}", 1)
-
-        workers = [threading.Thread(target=worker) for _ in range(8)]
+        workers = [threading.Thread(target=new_keys, args=(share,)) for share in shares(n, THREADS)]
         for thread in workers:
             thread.start()
         for thread in workers:
@@ -177,12 +195,32 @@ def safeact_rows(folder: Path, calls: int) -> dict[str, float]:
         "safeact replay": per_call(repeat(lambda: act("replay-me", 1)), calls),
         "safeact Failed replay": per_call(repeat(lambda: fail("fail-me")), calls),
         "safeact in-doubt key": per_call(repeat(lambda: act("doubt-me", 1)), calls),
-        "safeact async new key": per_call(async_new_keys, calls),
+        "safeact async new key": per_call(on_a_loop(one_task), calls),
         "safeact saga of 3 steps": per_call(sagas, max(calls // 3, 1)),
-        "safeact 8 threads, distinct keys (per call)": per_call(threads, calls),
+        f"safeact {THREADS} threads, distinct keys (per call)": per_call(threads, calls),
+        f"safeact {TASKS} asyncio tasks, distinct keys (per call)": per_call(
+            on_a_loop(many_tasks), calls
+        ),
     }
+    lag = lag_during(many_tasks, calls)
     store.close()
-    return rows
+    return rows, lag
+
+
+def on_a_loop(run: Callable[[int], Coroutine[Any, Any, None]]) -> Callable[[int], None]:
+    """``run(calls)`` on an event loop of its own, as an application's ``asyncio.run``."""
+    return lambda calls: asyncio.run(run(calls))
+
+
+def lag_during(run: Callable[[int], Coroutine[Any, Any, None]], calls: int) -> Lag:
+    """The lateness of a 1 ms ticker (bench/loop_lag.py) over ROUNDS runs of ``run(calls)``.
+
+    Apart from the rounds that time ``run``: the ticker takes its share of the loop.
+    """
+    late: list[float] = []
+    for _ in range(ROUNDS):
+        late += asyncio.run(lateness_during(lambda: run(calls)))
+    return Lag(p99(late), max(late), len(late))
 
 
 def growth_rows(folder: Path, calls: int, sizes: list[int]) -> dict[str, float]:
@@ -220,16 +258,59 @@ def import_time(module: str) -> float:
     return statistics.median(times)
 
 
+def ratios(rows: dict[str, float], sizes: list[int]) -> dict[str, float]:
+    """The SQLite ratios, named as bench/targets.py names those that have a target.
+
+    Calls per second of N workers over one's is one's time per call over theirs.
+    """
+    smallest, largest = f"{sizes[0]:,}", f"{sizes[-1]:,}"
+    return {
+        "SQLite new key / bare contract with ATTEMPTING synced": rows["safeact new key"]
+        / rows["bare contract, ATTEMPTING synced"],
+        "replay / bare indexed read": rows["safeact replay"] / rows["bare indexed read"],
+        "async new key / sync new key": rows["safeact async new key"] / rows["safeact new key"],
+        f"{THREADS} threads on distinct keys, calls per second / one thread": rows[
+            "safeact new key"
+        ]
+        / rows[f"safeact {THREADS} threads, distinct keys (per call)"],
+        f"{TASKS} asyncio tasks on distinct keys, calls per second / one task": rows[
+            "safeact async new key"
+        ]
+        / rows[f"safeact {TASKS} asyncio tasks, distinct keys (per call)"],
+        "new key, largest / smallest ledger": rows[f"new key with {largest} keys"]
+        / rows[f"new key with {smallest} keys"],
+        "replay, largest / smallest ledger": rows[f"replay with {largest} keys"]
+        / rows[f"replay with {smallest} keys"],
+    }
+
+
 def peer_ratios(rows: dict[str, float]) -> dict[str, float]:
     """How many times slower each measured peer is than safeact, new key and replay."""
-    ratios = {}
-    for peer, new_key_target in [("effect-ledger", 5), ("DBOS", 10), ("Powertools + Redis", 2)]:
-        for call, target in [("new key", new_key_target), ("replay", 5)]:
-            if f"{peer} {call}" in rows:
-                ratios[f"{peer} / safeact, {call} (target >= {target})"] = (
-                    rows[f"{peer} {call}"] / rows[f"safeact {call}"]
-                )
-    return ratios
+    return {
+        f"{peer} / safeact, {call}": rows[f"{peer} {call}"] / rows[f"safeact {call}"]
+        for peer in PEERS
+        for call in ("new key", "replay")
+        if f"{peer} {call}" in rows
+    }
+
+
+def print_figures(
+    figures: dict[str, float], judged: list[Judged], lag: Lag, sizes: list[int]
+) -> None:
+    """Every target with what was measured and the verdict, then the ratios without one."""
+    print(f"{'figure':66}{'measured':>10}{'target':>10}  verdict")
+    for figure, target, measured, verdict in judged:
+        shown = "-" if measured is None else target.show(measured)
+        print(f"{figure:66}{shown:>10}{target!s:>10}  {verdict}")
+    print(
+        f"(event loop lag: the verdict is on the p99 of {lag.ticks} ticks of 1 ms, "
+        f"the worst was {lag.worst:.1f} ms; ledgers of {sizes[-1]:,} and {sizes[0]:,} keys)"
+    )
+    print()
+    targeted = {figure for figure, *_ in judged}
+    for name, ratio in figures.items():
+        if name not in targeted:
+            print(f"{name:66}{ratio:9.2f}x")
 
 
 def main() -> None:
@@ -255,7 +336,8 @@ def main() -> None:
             "bare indexed read": per_call(bare_read(bare), calls),
         }
         bare.close()
-        rows |= safeact_rows(folder, calls)
+        measured, lag = safeact_rows(folder, calls)
+        rows |= measured
         rows |= growth_rows(folder, calls, sizes)
         measured, notes = peer_rows(folder, calls)
         rows |= measured
@@ -265,47 +347,51 @@ def main() -> None:
         "import safeact": import_time("safeact"),
         "import attrs, cattrs": import_time("attrs, cattrs"),
     }
-    smallest, largest = f"{sizes[0]:,}", f"{sizes[-1]:,}"
-    ratios = {
-        "new key / bare contract (target <= 1.2)": rows["safeact new key"]
-        / rows["bare contract, ATTEMPTING synced"],
-        "replay / bare read (target <= 2)": rows["safeact replay"] / rows["bare indexed read"],
-        f"new key, {largest} / {smallest} keys (target <= 1.2)": rows[
-            f"new key with {largest} keys"
-        ]
-        / rows[f"new key with {smallest} keys"],
-        f"replay, {largest} / {smallest} keys (target <= 1.2)": rows[f"replay with {largest} keys"]
-        / rows[f"replay with {smallest} keys"],
-        "8 threads / 1 thread, time per call (target <= 1)": rows[
-            "safeact 8 threads, distinct keys (per call)"
-        ]
-        / rows["safeact new key"],
-    } | peer_ratios(rows)
-    ratios |= postgres.ratios
-    extra_import_ms = (imports["import safeact"] - imports["import attrs, cattrs"]) * 1000
-    print(f"{'row':55}{'per call':>14}")
+    figures = ratios(rows, sizes) | peer_ratios(rows) | postgres.ratios
+    milliseconds = {
+        IMPORT_FIGURE: (imports["import safeact"] - imports["import attrs, cattrs"]) * 1000,
+        LAG_FIGURE: lag.p99,
+    }
+    judged = judge(figures | milliseconds)
+    print(f"{'row':66}{'per call':>10}")
     for name, seconds in rows.items():
-        print(f"{name:55}{seconds * 1e6:11.1f} µs")
+        print(f"{name:66}{seconds * 1e6:7.1f} µs")
     print()
-    for name, ratio in ratios.items():
-        print(f"{name:55}{ratio:11.2f}x")
-    print(
-        f"{'import safeact beyond attrs + cattrs (target <= 30 ms)':55}{extra_import_ms:11.1f} ms"
-    )
-    if postgres.calls_per_second:
+    print_figures(figures, judged, lag, sizes)
+    if postgres.round_trips:
+        trips = postgres.round_trips
+        print(
+            f"PostgreSQL round trips per call: new key {trips['new key']:.1f}, "
+            f"replay {trips['replay']:.1f}, bare contract {trips['bare contract']:.1f}"
+        )
         print()
     for name, rate in postgres.calls_per_second.items():
-        print(f"{name:55}{rate:11.0f} calls/s")
+        print(f"{name:66}{rate:6.0f} calls/s")
     print()
-    notes_and_postgres = {"safeact": SAFEACT_DURABILITY} | notes | {"PostgreSQL": postgres.note}
-    for name, note in notes_and_postgres.items():
-        print(f"{name:24}{note}")
+    notes = {"safeact": SAFEACT_DURABILITY} | notes | {"PostgreSQL": postgres.note}
+    width = max(map(len, notes)) + 2
+    for name, note in notes.items():
+        print(f"{name:{width}}{note}")
     options.json.write_text(
         json.dumps(
             {
                 "seconds_per_call": rows,
-                "ratios": ratios,
+                "ratios": figures,
+                "targets": [
+                    {
+                        "figure": figure,
+                        "comparison": target.comparison,
+                        "bound": target.bound,
+                        "unit": target.unit,
+                        "measured": measured,
+                        "verdict": verdict,
+                    }
+                    for figure, target, measured, verdict in judged
+                ],
+                "ledger_sizes": sizes,
+                "event_loop_lag_ms": lag._asdict(),
                 "calls_per_second": postgres.calls_per_second,
+                "postgres_round_trips_per_call": postgres.round_trips,
                 "import_seconds": imports,
                 "peers": notes,
                 "postgres": postgres.note,

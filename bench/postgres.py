@@ -8,6 +8,10 @@ The bare contract is the least a hand-written ledger needs, on two autocommit co
 ``INSERT`` the key as attempting on one at ``synchronous_commit = on`` (the claim is on the
 server's disk before the action runs), act, then ``UPDATE`` it to succeeded on the other at
 ``synchronous_commit = off``, as safeact commits an outcome: one round trip each.
+
+Round trips per call are counted through a proxy (bench/round_trips.py) in front of the
+same server, by a store and a bare contract of their own; every timing is taken on direct
+connections.
 """
 
 from __future__ import annotations
@@ -16,13 +20,16 @@ import json
 import multiprocessing
 import os
 import re
+import socket
 import threading
 import uuid
 from contextlib import ExitStack
+from functools import partial
 from itertools import count
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from bench.timing import per_call, repeat
+from bench.round_trips import Proxy
+from bench.timing import per_call, repeat, shares
 from safeact import get_store, safe
 
 if TYPE_CHECKING:
@@ -34,6 +41,7 @@ if TYPE_CHECKING:
 Rows = dict[str, float]
 SERVER = os.environ.get("SAFEACT_BENCH_POSTGRES", "postgresql://postgres@127.0.0.1:5432/test")
 WORKERS = 8
+ROUND_TRIP_CALLS = 20
 BARE_TABLE = "CREATE TABLE bare_calls (key TEXT PRIMARY KEY, state TEXT NOT NULL, result TEXT)"
 
 
@@ -44,6 +52,8 @@ class Figures(NamedTuple):
     """Seconds per call, as every other row of the benchmark."""
     ratios: Rows
     calls_per_second: Rows
+    round_trips: Rows
+    """Network round trips per call: safeact's new key and replay, the bare contract's."""
     note: str
     """The server and its durability, or why the rows were skipped."""
 
@@ -97,8 +107,10 @@ def in_threads(runs: list[Callable[[int], None]]) -> Callable[[int], None]:
     """``calls`` calls split over as many threads as ``runs``, each running its share."""
 
     def go(calls: int) -> None:
-        share = max(calls // len(runs), 1)
-        workers = [threading.Thread(target=run, args=(share,)) for run in runs]
+        workers = [
+            threading.Thread(target=run, args=(share,))
+            for run, share in zip(runs, shares(calls, len(runs)), strict=True)
+        ]
         for thread in workers:
             thread.start()
         for thread in workers:
@@ -119,7 +131,7 @@ def bare_threads(dsn: str, stack: ExitStack) -> Callable[[int], None]:
 
 
 def process_worker(dsn: str, commands: Connection) -> None:
-    """In a process of its own: open a store, then run new keys as many as told, until 0."""
+    """In a process of its own: open a store, then run new keys as many as told, until None."""
     store = get_store(dsn)
     prefix, keys = uuid.uuid4().hex, count()
 
@@ -129,7 +141,7 @@ def process_worker(dsn: str, commands: Connection) -> None:
 
     act(f"{prefix}-warm", 1)  # the first claim opens this process's liveness session
     commands.send("ready")
-    while calls := commands.recv():
+    while (calls := commands.recv()) is not None:
         for _ in range(calls):
             act(f"{prefix}-{next(keys)}", 1)
         commands.send("done")
@@ -147,13 +159,12 @@ def in_processes(dsn: str, stack: ExitStack) -> Callable[[int], None]:
         theirs.close()  # so that a worker that died is an EOFError here, not a hang
         pipes.append(mine)
         stack.callback(process.join, 30)
-        stack.callback(mine.send, 0)
+        stack.callback(mine.send, None)
     for pipe in pipes:
         pipe.recv()
 
     def go(calls: int) -> None:
-        share = max(calls // WORKERS, 1)
-        for pipe in pipes:
+        for pipe, share in zip(pipes, shares(calls, WORKERS), strict=True):
             pipe.send(share)
         for pipe in pipes:
             pipe.recv()
@@ -216,18 +227,69 @@ def measure(dsn: str, calls: int) -> tuple[Rows, Rows]:
     return rows, throughput
 
 
+def connect_to(host: str, port: int) -> socket.socket:
+    """A connection to the server at ``host``: TCP, or libpq's socket when ``host`` is a folder."""
+    if not host.startswith("/"):
+        return socket.create_connection((host, port))
+    unix = socket.socket(socket.AF_UNIX)
+    with ExitStack() as on_failure:
+        on_failure.callback(unix.close)
+        unix.connect(f"{host}/.s.PGSQL.{port}")
+        on_failure.pop_all()
+    return unix
+
+
+def round_trips(dsn: str, server: Callable[[], socket.socket]) -> Rows:
+    """Network round trips per call: safeact's new key and replay, and the bare contract's.
+
+    Counted by a Proxy in front of ``server``, through which a store and a bare contract of
+    their own connect, over ROUND_TRIP_CALLS calls each, after as many that open the
+    connections and let psycopg prepare the statements it sees repeated (an extra round
+    trip at a statement's fifth use). The store names another host: its liveness lock is
+    then not the one this process holds on its direct connections, which a second session
+    would wait for.
+    """
+    from psycopg.conninfo import make_conninfo  # noqa: PLC0415 - psycopg is optional
+
+    with Proxy(server) as proxy, ExitStack() as stack:
+        proxied = make_conninfo(dsn, host="127.0.0.1", hostaddr="127.0.0.1", port=proxy.port)
+        store = get_store(proxied, host="safeact-bench-through-a-proxy")
+        stack.callback(store.close)
+        claims, outcomes = bare_connections(proxied)
+        stack.callback(claims.close)
+        stack.callback(outcomes.close)
+        prefix, keys = uuid.uuid4().hex, count()
+
+        @safe(store, name="bench.round_trips")
+        def act(key: str, n: int) -> int:
+            return n
+
+        trips: Rows = {}
+        for name, run in {
+            "new key": repeat(lambda: act(f"{prefix}-{next(keys)}", 1)),
+            "replay": repeat(lambda: act(f"{prefix}-replay-me", 1)),  # its first is a new key
+            "bare contract": bare_contract(claims, outcomes),
+        }.items():
+            run(ROUND_TRIP_CALLS)
+            before = proxy.round_trips
+            run(ROUND_TRIP_CALLS)
+            trips[name] = (proxy.round_trips - before) / ROUND_TRIP_CALLS
+    return trips
+
+
 def ratios(rows: Rows, throughput: Rows) -> Rows:
+    """The PostgreSQL ratios, named as bench/targets.py names those that have a target."""
     one = throughput["PostgreSQL safeact, 1 worker"]
     return {
-        "PostgreSQL new key / bare contract": rows["PostgreSQL safeact new key"]
+        "PostgreSQL new key / bare two-statement contract": rows["PostgreSQL safeact new key"]
         / rows["PostgreSQL bare contract, ATTEMPTING synced"],
         "PostgreSQL replay / bare read": rows["PostgreSQL safeact replay"]
         / rows["PostgreSQL bare indexed read"],
-        f"PostgreSQL {WORKERS} threads / 1 worker, calls per second": throughput[
+        f"PostgreSQL {WORKERS} workers as threads, calls per second / one": throughput[
             f"PostgreSQL safeact, {WORKERS} threads"
         ]
         / one,
-        f"PostgreSQL {WORKERS} processes / 1 worker, calls per second": throughput[
+        f"PostgreSQL {WORKERS} workers as processes, calls per second / one": throughput[
             f"PostgreSQL safeact, {WORKERS} processes"
         ]
         / one,
@@ -250,17 +312,17 @@ def postgres_figures(calls: int) -> Figures:
 
         from safeact.postgres import migrate_postgres  # noqa: PLC0415 - needs psycopg
     except ImportError:
-        return Figures({}, {}, {}, "skipped: psycopg is not installed (safeact[postgres])")
+        return Figures({}, {}, {}, {}, "skipped: psycopg is not installed (safeact[postgres])")
     try:
         admin = psycopg.connect(SERVER, autocommit=True, connect_timeout=3)
     except psycopg.Error as exc:
         why = str(exc).strip().splitlines()[:1] or [type(exc).__name__]
         where = re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", SERVER)
-        return Figures({}, {}, {}, f"skipped: no PostgreSQL server at {where} ({why[0]})")
+        return Figures({}, {}, {}, {}, f"skipped: no PostgreSQL server at {where} ({why[0]})")
     schema = f"bench_{uuid.uuid4().hex[:12]}"
     with admin:
         version, fsync = show(admin, "server_version"), show(admin, "fsync")
-        host = admin.info.host
+        host, port = admin.info.host, admin.info.port
         admin.execute(f"CREATE SCHEMA {schema}")
         try:
             separator = "&" if "?" in SERVER else "?"
@@ -269,6 +331,7 @@ def postgres_figures(calls: int) -> Figures:
             with psycopg.connect(dsn, autocommit=True) as connection:
                 connection.execute(BARE_TABLE)
             rows, throughput = measure(dsn, calls)
+            trips = round_trips(dsn, partial(connect_to, host, port))
         finally:
             admin.execute(f"DROP SCHEMA {schema} CASCADE")
     note = (
@@ -276,4 +339,4 @@ def postgres_figures(calls: int) -> Figures:
         "ATTEMPTING committed with synchronous_commit on, the result with it off "
         "(the bare contract too)"
     )
-    return Figures(rows, ratios(rows, throughput), throughput, note)
+    return Figures(rows, ratios(rows, throughput), throughput, trips, note)

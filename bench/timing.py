@@ -25,3 +25,13 @@ def repeat(call: Callable[[], object]) -> Callable[[int], None]:
             call()
 
     return run
+
+
+def shares(calls: int, workers: int) -> list[int]:
+    """``calls`` split over ``workers`` as evenly as can be, adding up to ``calls`` exactly.
+
+    Rows that split their calls divide by ``calls``: rounding each share down would make
+    them look faster than they are.
+    """
+    share, rest = divmod(calls, workers)
+    return [share + 1] * rest + [share] * (workers - rest)

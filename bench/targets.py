@@ -1,0 +1,75 @@
+"""The bounds the benchmark's figures are held to, in one table, and the verdict on each.
+
+Issue 17 (the hot path) set most of them; the growth and peer bounds are older. A ratio
+compares two rows of the same run (unit ``x``); two figures are in milliseconds. The table
+on stdout and the JSON file are both made from ``judge``.
+"""
+
+from typing import Literal, NamedTuple
+
+Verdict = Literal["met", "not met", "not measured"]
+
+
+class Target(NamedTuple):
+    """A bound on one figure: the figure must be ``comparison`` ``bound``, in ``unit``."""
+
+    comparison: Literal["<=", ">="]
+    bound: float
+    unit: Literal["x", "ms"] = "x"
+
+    def verdict(self, measured: float | None) -> Verdict:
+        """Whether ``measured`` keeps to the bound; ``None`` is a figure this run skipped."""
+        if measured is None:
+            return "not measured"
+        kept = measured <= self.bound if self.comparison == "<=" else measured >= self.bound
+        return "met" if kept else "not met"
+
+    def show(self, figure: float) -> str:
+        """``figure`` in this target's unit: ``2.51x``, ``48.1 ms``."""
+        return f"{figure:.2f}x" if self.unit == "x" else f"{figure:.1f} ms"
+
+    def __str__(self) -> str:
+        """The bound as the issue writes it: ``<= 1.3x``, ``<= 30 ms``."""
+        return f"{self.comparison} {self.bound:g}{'x' if self.unit == 'x' else ' ms'}"
+
+
+TARGETS: dict[str, Target] = {
+    # Issue 17, the hot path: ratios are the point, absolute times vary.
+    "SQLite new key / bare contract with ATTEMPTING synced": Target("<=", 1.3),
+    "replay / bare indexed read": Target("<=", 3),
+    "effect-ledger / safeact, replay": Target(">=", 10),
+    "async new key / sync new key": Target("<=", 1.2),
+    "8 threads on distinct keys, calls per second / one thread": Target(">=", 3),
+    "100 asyncio tasks on distinct keys, calls per second / one task": Target(">=", 3),
+    "event loop lag under 100 concurrent calls, p99": Target("<=", 5, "ms"),
+    "PostgreSQL new key / bare two-statement contract": Target("<=", 2),
+    "PostgreSQL 8 workers as threads, calls per second / one": Target(">=", 4),
+    "PostgreSQL 8 workers as processes, calls per second / one": Target(">=", 4),
+    "import safeact beyond import attrs, cattrs": Target("<=", 30, "ms"),
+    "Powertools + Redis with appendfsync always / safeact, new key": Target(">=", 1.5),
+    # Set before issue 17, and kept.
+    "new key, largest / smallest ledger": Target("<=", 1.2),
+    "replay, largest / smallest ledger": Target("<=", 1.2),
+    "effect-ledger / safeact, new key": Target(">=", 5),
+    "DBOS / safeact, new key": Target(">=", 10),
+    "DBOS / safeact, replay": Target(">=", 5),
+    "Powertools + Redis / safeact, new key": Target(">=", 2),
+    "Powertools + Redis / safeact, replay": Target(">=", 5),
+}
+
+
+class Judged(NamedTuple):
+    """One target of TARGETS, what this run measured for it, and the verdict."""
+
+    figure: str
+    target: Target
+    measured: float | None
+    verdict: Verdict
+
+
+def judge(figures: dict[str, float]) -> list[Judged]:
+    """Every target in TARGETS' order, judged on ``figures`` (a figure not there was skipped)."""
+    return [
+        Judged(name, target, figures.get(name), target.verdict(figures.get(name)))
+        for name, target in TARGETS.items()
+    ]
