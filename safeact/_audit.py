@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from safeact._ledger import Executor
     from safeact._protocol import Record
 
-__all__ = ["Audit", "record_event"]
+__all__ = ["Audit", "record_claim", "record_event"]
 
 _APPEND = (
     "INSERT INTO history (kind, subject, attempt_id, from_state, to_state, at, by_kind, "
@@ -27,9 +27,27 @@ _APPEND = (
 )
 
 
+_APPEND_IF_AT = (
+    "INSERT INTO history (kind, subject, attempt_id, from_state, to_state, at, by_kind, "
+    "by_host, by_pid, why, note) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? "
+    "WHERE EXISTS (SELECT 1 FROM calls WHERE key = ? AND attempt_id = ?)"
+)
+
+
 def record_event(db: Executor, kind: Literal["key", "saga"], event: Event) -> None:
     """Append ``event`` to the history of a key (``kind`` "key") or a saga ("saga")."""
     db.execute(_APPEND, event_values(kind, event))
+
+
+def record_claim(db: Executor, event: Event) -> None:
+    """Append a claim's ``event`` to its key's history if the key's row is at its attempt.
+
+    The claim's own statement decided that, earlier in the transaction; asking the row
+    rather than that statement's row count lets both be sent before either is answered
+    (one round trip on PostgreSQL). An attempt id is new with each claim, so only this
+    claim can have put it there.
+    """
+    db.execute(_APPEND_IF_AT, (*event_values("key", event), event.subject, event.attempt_id))
 
 
 class Audit(Ledger):

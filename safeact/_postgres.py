@@ -12,11 +12,13 @@ import hashlib
 import logging
 import os
 import re
+import select
 import threading
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import psycopg
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
 from safeact._ledger import LEASE, Cursor
@@ -115,6 +117,11 @@ def migrate_postgres(dsn: str) -> tuple[int, int]:
     except psycopg.Error as exc:
         raise StoreError(f"{where}: {exc}".strip()) from exc
     return old, SCHEMA_VERSION
+
+
+_SYNCED = "SET LOCAL synchronous_commit = on"
+_UNSYNCED = "SET LOCAL synchronous_commit = off"
+"""Each transaction's durability, set for it alone: no server, role or DSN setting overrides it."""
 
 
 class PostgresStore(Store):
@@ -245,7 +252,7 @@ class PostgresStore(Store):
 
     @contextlib.contextmanager
     def _transaction(self, *, sync: bool) -> Iterator[_Executor]:
-        """One transaction on a pooled connection, at READ COMMITTED.
+        """One transaction on a pooled connection, at READ COMMITTED, in few round trips.
 
         That level is enough: every decision locks its row first (``FOR UPDATE``), and a
         claim's winner is decided by the primary key (``ON CONFLICT DO NOTHING``). Writes
@@ -253,41 +260,54 @@ class PostgresStore(Store):
         disk; like SQLite's NORMAL, they survive a crash of this process, not of the server.
         Synced ones set ``synchronous_commit`` on for their transaction, so that neither the
         server, the database, the role nor the connection string can turn it off.
+
+        ``BEGIN`` and that setting are one round trip; then the statements are pipelined up
+        to the ``COMMIT``: the server is waited on only where a statement's rows are read,
+        and at the end. A claim is two round trips, an owner's outcome three.
         """
         self._check_open()
         with contextlib.ExitStack() as held:
-            connection = self._begin(held)
-            if sync:  # for this transaction: no server, role or DSN setting turns it off
-                connection.execute("SET LOCAL synchronous_commit = on")
-            else:
-                connection.execute("SET LOCAL synchronous_commit = off")
-            yield _Executor(connection)
+            connection = self._begin(held, sync=sync)
+            try:
+                with connection.pipeline() as pipeline:
+                    yield _Executor(connection, pipeline)
+                    connection.execute("COMMIT")
+            except BaseException:
+                if connection.info.transaction_status != TransactionStatus.IDLE:
+                    with contextlib.suppress(psycopg.Error):
+                        connection.execute("ROLLBACK")
+                raise
 
-    def _begin(self, held: contextlib.ExitStack) -> psycopg.Connection[Any]:
+    def _begin(self, held: contextlib.ExitStack, *, sync: bool) -> psycopg.Connection[Any]:
         """A pooled connection in a new transaction, kept open by ``held``.
 
         A pooled session may have died while idle (a server restart, a cut connection);
-        that shows at ``BEGIN``, before anything was sent, so another connection is tried,
-        once. A failure later in the transaction is never retried here.
+        that shows when ``BEGIN`` is answered, before anything was written, so another
+        connection is tried, once. A failure later in the transaction is never retried here.
         """
         for last in (False, True):
             attempt = contextlib.ExitStack()
             connection: psycopg.Connection[Any] = attempt.enter_context(self._pool.connection())
             try:
-                attempt.enter_context(connection.transaction())
+                with connection.pipeline():
+                    connection.execute("BEGIN")
+                    connection.execute(_SYNCED if sync else _UNSYNCED)
             except psycopg.OperationalError:
                 attempt.close()  # the pool throws the broken connection away
                 if last:
                     raise
                 self._pool.check()  # and every idle session that died with it
                 continue
+            except BaseException:
+                attempt.close()
+                raise
             held.enter_context(attempt)
             return connection
         raise AssertionError  # pragma: no cover - the loop returns or raises
 
     def _read(self, sql: str, parameters: tuple[object, ...]) -> list[Any]:
         def query(connection: psycopg.Connection[Any]) -> list[Any]:
-            return _Executor(connection).execute(sql, parameters).fetchall()
+            return connection.execute(_placeholders(sql), parameters).fetchall()
 
         return self._repeatable(query)
 
@@ -383,7 +403,7 @@ class _Liveness:
             if lost:
                 session = self._sessions[where]
                 if session is not None:
-                    if _holds(session, lock):
+                    if (wait and _quiet(session)) or _holds(session, lock):
                         return False
                     session.close()
                 self._sessions[where] = None
@@ -404,6 +424,21 @@ class _Liveness:
                 session = self._sessions.pop(where)
                 if session is not None:
                     session.close()
+
+
+def _quiet(session: psycopg.Connection[Any]) -> bool:
+    """Whether ``session``'s server has sent nothing since its last answer: no round trip.
+
+    A session that ends is told so and its socket closed (``pg_terminate_backend``, a server
+    restart or shutdown), which makes the socket readable; a claim then asks the server
+    (``_holds``). A quiet session is taken to hold its lock still, and the heartbeat asks
+    the server itself: it finds what makes no sound, a cut connection (its keepalives) or a
+    proxy that swapped the backend.
+    """
+    if session.closed:
+        return False
+    readable, _, _ = select.select([session.fileno()], [], [], 0)
+    return not readable
 
 
 def _holds(session: psycopg.Connection[Any], lock: int) -> bool:
@@ -453,15 +488,43 @@ def _end_sessions() -> None:
 
 
 class _Executor:
-    """A connection that takes the logic's ``?`` placeholders."""
+    """A connection in pipeline mode that takes the logic's ``?`` placeholders."""
 
-    __slots__ = ("_connection",)
+    __slots__ = ("_connection", "_pipeline")
 
-    def __init__(self, connection: psycopg.Connection[Any]) -> None:
+    def __init__(self, connection: psycopg.Connection[Any], pipeline: psycopg.Pipeline) -> None:
         self._connection = connection
+        self._pipeline = pipeline
 
     def execute(self, sql: str, parameters: tuple[object, ...] = (), /) -> Cursor:
-        return self._connection.execute(sql.replace("?", "%s"), parameters)
+        return _Answer(self._connection.execute(_placeholders(sql), parameters), self._pipeline)
+
+
+def _placeholders(sql: str) -> str:
+    """``sql`` with the logic's ``?`` placeholders as psycopg's ``%s``."""
+    return sql.replace("?", "%s")
+
+
+class _Answer:
+    """A pipelined statement's cursor: reading its rows or its row count waits for the server."""
+
+    __slots__ = ("_cursor", "_pipeline")
+
+    def __init__(self, cursor: psycopg.Cursor[Any], pipeline: psycopg.Pipeline) -> None:
+        self._cursor = cursor
+        self._pipeline = pipeline
+
+    @property
+    def rowcount(self) -> int:
+        if self._cursor.rowcount == -1:  # not answered yet: the count is the server's to give
+            self._pipeline.sync()
+        return self._cursor.rowcount
+
+    def fetchone(self) -> Any:
+        return self._cursor.fetchone()
+
+    def fetchall(self) -> list[Any]:
+        return self._cursor.fetchall()
 
 
 def _version(connection: psycopg.Connection[Any], where: str) -> int:

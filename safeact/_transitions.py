@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from safeact._audit import record_event
+from safeact._audit import record_claim, record_event
 from safeact._codec import encode_untyped
 from safeact._history import DECIDED, Event, Why, why_finished, why_in_doubt
 from safeact._ledger import Ledger
@@ -353,25 +353,25 @@ class KeyTransitions(Ledger):
         try:
             with self._errors(), self._transaction(sync=True) as db:
                 if previous is None:
-                    if not db.execute(
+                    claimed = db.execute(
                         "INSERT INTO calls (key, tool, args_hash, state, attempt_id, "
                         "attempted_at, owner_host, owner_boot, owner_pid, owner_started, "
                         "owner_machine, owner_pidns, lease_until, schema_version) "
                         "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                         "ON CONFLICT (key) DO NOTHING",
                         (key, tool, args_hash, *attempt, SCHEMA_VERSION),
-                    ).rowcount:
-                        return None
-                elif not db.execute(
-                    "UPDATE calls SET state = ?, attempt_id = ?, attempted_at = ?, owner_host = ?, "
-                    "owner_boot = ?, owner_pid = ?, owner_started = ?, owner_machine = ?, "
-                    "owner_pidns = ?, lease_until = ?, "
-                    "finished_at = NULL, result = NULL, error_type = NULL, error_message = NULL, "
-                    "doubt_reason = NULL WHERE key = ? AND state = ? AND attempt_id = ?",
-                    (*attempt, key, State.RELEASED.value, previous.attempt_id),
-                ).rowcount:
-                    return None
-                record_event(db, "key", event)
+                    )
+                else:
+                    claimed = db.execute(
+                        "UPDATE calls SET state = ?, attempt_id = ?, attempted_at = ?, "
+                        "owner_host = ?, owner_boot = ?, owner_pid = ?, owner_started = ?, "
+                        "owner_machine = ?, owner_pidns = ?, lease_until = ?, "
+                        "finished_at = NULL, result = NULL, error_type = NULL, "
+                        "error_message = NULL, doubt_reason = NULL "
+                        "WHERE key = ? AND state = ? AND attempt_id = ?",
+                        (*attempt, key, State.RELEASED.value, previous.attempt_id),
+                    )
+                record_claim(db, event)
         except StoreError:
             # A claim can commit and then fail to be made durable (its fsync failed) or to
             # answer (the connection dropped): record that this attempt is over, so that
@@ -379,6 +379,8 @@ class KeyTransitions(Ledger):
             with contextlib.suppress(Exception):
                 self._mark_in_doubt(key, attempt_id, DoubtReason.INTERRUPTED)
             raise
+        if not claimed.rowcount:
+            return None  # another caller got there first (or the owner finished)
         return Record(
             key=key,
             tool=tool,

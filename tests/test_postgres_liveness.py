@@ -19,13 +19,14 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import attrs
 import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from safeact import Succeeded, get_store
+from safeact import Succeeded, _postgres, get_store
 from safeact._owner import Owner, this_process
 from safeact._postgres import _database, _liveness, _owner_lock
 from safeact.postgres import PostgresStore
@@ -263,6 +264,24 @@ def test_a_claim_that_finds_its_liveness_session_ended_logs_it_and_takes_the_loc
     assert now != ended
     (message,) = errors(caplog)
     assert f"pid {owner.owner.pid} on host {owner.owner.host!r}" in message
+
+
+def test_a_claim_asks_the_server_about_its_liveness_session_only_when_it_spoke(
+    owner: PostgresStore, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A quiet liveness session costs a claim no round trip; the heartbeat still asks."""
+    asked: list[int] = []
+    holds = _postgres._holds
+
+    def recorded(session: psycopg.Connection[Any], lock: int) -> bool:
+        asked.append(lock)
+        return holds(session, lock)
+
+    monkeypatch.setattr(_postgres, "_holds", recorded)
+    charge(owner, tmp_path / "effects")("k")
+    assert asked == []
+    owner._check_liveness()
+    assert asked == [_owner_lock(owner.owner)]
 
 
 def test_an_owner_whose_liveness_session_ended_is_lost_but_not_gone(
