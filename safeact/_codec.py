@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from types import NoneType
 from typing import Any, TypeAlias, TypeVar
 
+import attrs
 import cattrs
 from cattrs.cols import is_abstract_set, is_any_set, iterable_unstructure_factory
 from cattrs.preconf.json import make_converter
@@ -49,6 +50,15 @@ JSONValue: TypeAlias = (
 """What a ``register_type`` encoder may return: JSON, with tuples and any mapping allowed."""
 
 _converter = make_converter(forbid_extra_keys=True)
+
+_STRICT_JSON = json.JSONEncoder(allow_nan=False)
+"""What ``json.dumps(value, allow_nan=False)`` writes, built once: JSON with no NaN."""
+
+_SORTED_JSON = json.JSONEncoder(sort_keys=True)
+"""What ``json.dumps(value, sort_keys=True)`` writes: a canonical text to order values by."""
+
+_JSON_DECODER = json.JSONDecoder()
+"""What ``json.loads`` decodes with."""
 
 
 def _structure_none(value: object, _: object) -> None:
@@ -78,7 +88,7 @@ def _json_order(item: JSON) -> tuple[int, float | str]:
         case str():
             return (2, item)
         case _:  # null, arrays and objects: by their canonical text
-            return (3, json.dumps(item, sort_keys=True))
+            return (3, _SORTED_JSON.encode(item))
 
 
 def _sorted_json(items: list[JSON]) -> list[JSON]:
@@ -268,6 +278,7 @@ def register_type(
     _check_registrable(cls)
     _converter.register_unstructure_hook(cls, to_json)
     _converter.register_structure_hook(cls, _checked(from_json))
+    _hooks_by_type.clear()
     _registered.add(cls)
 
 
@@ -384,9 +395,10 @@ def encode(value: object, return_type: Any) -> JSON:
 
     """
     try:
-        stored = _as_json(value, return_type)
-        rebuilt = _converter.structure(stored, return_type)
-        same = _same_json(_as_json(rebuilt, return_type), stored)
+        hooks = _hooks(return_type)
+        stored = _through_json(hooks.unstructure(value))
+        rebuilt = hooks.structure(stored, return_type)
+        same = _same_json(_through_json(hooks.unstructure(rebuilt)), stored)
     except Exception as exc:
         # A value too long (int digits), too deep (RecursionError), half-built (missing
         # attributes) or raising from its own methods: the action ran all the same.
@@ -406,7 +418,7 @@ def encode_untyped(value: object) -> JSON:
 
     """
     try:
-        result: JSON = json.loads(json.dumps(_converter.unstructure(value), allow_nan=False))
+        result = _through_json(_converter.unstructure(value))
     except Exception as exc:
         raise ValueError(
             f"cannot store {_show(value)} as a result ({_explain(exc)}); pass the value as the "
@@ -450,8 +462,9 @@ def decode(stored: JSON, return_type: Any, *, key: str, tool: str, fix: str | No
         )
 
     try:
-        rebuilt = _converter.structure(stored, return_type)
-        same = _same_json(_as_json(rebuilt, return_type), stored)
+        hooks = _hooks(return_type)
+        rebuilt = hooks.structure(stored, return_type)
+        same = _same_json(_through_json(hooks.unstructure(rebuilt)), stored)
     except Exception as exc:
         raise refused(_explain(exc)) from exc
     if not same:
@@ -459,15 +472,50 @@ def decode(stored: JSON, return_type: Any, *, key: str, tool: str, fix: str | No
     return rebuilt
 
 
-def _as_json(value: object, as_type: object) -> JSON:
-    """``value`` unstructured as ``as_type`` and through JSON text (tuples become lists).
+@attrs.frozen
+class _Hooks:
+    """The cattrs hooks of one type: ``structure(data, type)`` and ``unstructure(value)``."""
+
+    structure: Callable[[Any, Any], Any]
+    unstructure: Callable[[Any], Any]
+
+
+_hooks_by_type: dict[object, _Hooks] = {}
+"""The hooks of every type a result was encoded or decoded as, each looked up once.
+
+``register_type`` empties it, as cattrs empties its own cache: a registration changes the
+hooks of the types that contain the registered one.
+"""
+
+
+def _hooks(as_type: object) -> _Hooks:
+    """The cattrs hooks for ``as_type``: what ``structure`` and ``unstructure`` look up.
 
     Raises:
-        Exception: whatever cattrs, a user's hook or ``json`` raise (NaN is refused).
+        Exception: whatever cattrs raises for a type it has no hook for.
 
     """
-    unstructured = _converter.unstructure(value, unstructure_as=as_type)
-    result: JSON = json.loads(json.dumps(unstructured, allow_nan=False))
+    hooks = _hooks_by_type.get(as_type)
+    if hooks is None:
+        # To cattrs, unstructure_as=None means by the value's own class: kept for a None
+        # passed as the type (get_type_hints makes "-> None" NoneType, which has a hook).
+        unstructure = (
+            _converter.unstructure if as_type is None else _converter.get_unstructure_hook(as_type)
+        )
+        hooks = _Hooks(_converter.get_structure_hook(as_type), unstructure)
+        _hooks_by_type[as_type] = hooks
+    return hooks
+
+
+def _through_json(unstructured: object) -> JSON:
+    """``json.loads(json.dumps(unstructured, allow_nan=False))``: tuples become lists.
+
+    Raises:
+        Exception: whatever ``json`` raises (NaN and infinities are refused).
+
+    """
+    # The text is json's own, with nothing around or after the value: raw_decode reads it all.
+    result: JSON = _JSON_DECODER.raw_decode(_STRICT_JSON.encode(unstructured))[0]
     return result
 
 
@@ -476,29 +524,29 @@ def _same_json(left: JSON, right: JSON) -> bool:
 
     Stricter than ``==``: ``true`` is not ``1`` and ``"1"`` is not ``1``. Numbers compare by
     value, ``9`` and ``9.0`` alike (JSON has one number type). Arrays compare in order,
-    objects key by key.
+    objects key by key. ``left`` is as ``json`` decodes it (dict, list, str, int, float,
+    bool or None, never a subclass), so its type says its kind; ``right`` may be anything.
     """
-    match left:
-        case bool():
-            return isinstance(right, bool) and left == right
-        case int() | float():
-            return isinstance(right, int | float) and not isinstance(right, bool) and left == right
-        case str():
-            return isinstance(right, str) and left == right
-        case None:
-            return right is None
-        case list():
-            return (
-                isinstance(right, list)
-                and len(left) == len(right)
-                and all(map(_same_json, left, right))
-            )
-        case _:  # an object
-            return (
-                isinstance(right, dict)
-                and left.keys() == right.keys()
-                and all(_same_json(item, right[name]) for name, item in left.items())
-            )
+    # By exact type, which a decoded value has: cheaper than a match on classes (isinstance).
+    if type(left) is dict:
+        return (
+            isinstance(right, dict)
+            and left.keys() == right.keys()
+            and all(_same_json(item, right[name]) for name, item in left.items())
+        )
+    if type(left) is list:
+        return (
+            isinstance(right, list)
+            and len(left) == len(right)
+            and all(map(_same_json, left, right))
+        )
+    if type(left) is str:
+        return isinstance(right, str) and left == right
+    if type(left) is bool:
+        return isinstance(right, bool) and left == right
+    if left is None:
+        return right is None
+    return isinstance(right, int | float) and not isinstance(right, bool) and left == right
 
 
 _LONGEST_SHOWN = 200

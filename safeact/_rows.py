@@ -9,9 +9,10 @@ comparison of times raise, far from the row that caused it).
 from __future__ import annotations
 
 import enum
+import functools
 import json
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Literal, TypeVar
+from typing import TYPE_CHECKING, Literal, TypeVar, cast
 
 import attrs
 
@@ -74,6 +75,9 @@ _SHOWN = 40
 _LISTED = 8
 """Enums of at most this many values are listed in full when a stored value is none of them."""
 
+_JSON_DECODER = json.JSONDecoder()
+"""What ``json.loads`` decodes with."""
+
 _T = TypeVar("_T")
 _E = TypeVar("_E", bound=enum.Enum)
 
@@ -105,16 +109,21 @@ class Reading:
     ) -> None:
         """Raise ``CorruptRecordError`` for an unreadable column; let anything else through."""
         if isinstance(exc, _Unreadable):
-            name, fix = _ROWS[self.table]
-            subject = self.subject if isinstance(self.subject, str) else _shown(self.subject)
-            raise CorruptRecordError(
-                f"{self.ledger}: {name} {subject!r}",
-                table=self.table,
-                subject=subject,
-                column=exc.column,
-                problem=str(exc),
-                fix=fix,
-            ) from None
+            raise _corrupt(self.ledger, self.table, self.subject, exc) from None
+
+
+def _corrupt(ledger: str, table: str, subject: object, exc: _Unreadable) -> CorruptRecordError:
+    """The error of a row of ``table`` (named by ``subject``) with an unreadable column."""
+    name, fix = _ROWS[table]
+    shown = subject if isinstance(subject, str) else _shown(subject)
+    return CorruptRecordError(
+        f"{ledger}: {name} {shown!r}",
+        table=table,
+        subject=shown,
+        column=exc.column,
+        problem=str(exc),
+        fix=fix,
+    )
 
 
 def _shown(value: object) -> str:
@@ -164,6 +173,10 @@ def _optional_moment(column: str, value: object) -> datetime | None:
 
 def member(column: str, value: object, kind: type[_E]) -> _E:
     """The member of ``kind`` whose value is stored (a newer safeact's would not be known)."""
+    if type(value) is str:  # as safeact stores it: found without the enum's own lookup
+        found = _by_value(kind).get(value)
+        if isinstance(found, kind):
+            return found
     try:
         return kind(value)
     except ValueError:
@@ -176,13 +189,37 @@ def member(column: str, value: object, kind: type[_E]) -> _E:
         raise _Unreadable(column, f"is {_shown(value)}, not one of {known}") from None
 
 
+@functools.cache
+def _by_value(kind: type[enum.Enum]) -> dict[object, enum.Enum]:
+    """The members of ``kind`` by value, as ``kind(value)`` finds them."""
+    return {found.value: found for found in kind}
+
+
 def _json(column: str, value: object) -> JSON:
     text = text_of(column, value)
     try:
-        decoded: JSON = json.loads(text)
+        return _whole_json(text)
     except (ValueError, RecursionError) as exc:  # RecursionError: nested too deep to decode
         raise _Unreadable(column, f"is not valid JSON ({exc})") from None
-    return decoded
+
+
+def _whole_json(text: str) -> JSON:
+    """``json.loads(text)``, with less work for a text as safeact writes it.
+
+    Raises:
+        ValueError, RecursionError: as ``json.loads``.
+
+    """
+    # safeact writes one value with nothing around it, which raw_decode reads whole. Any
+    # other text (spaces or a BOM before, anything after, not JSON) is left to json.loads,
+    # to accept or refuse in its own words.
+    try:
+        decoded, end = _JSON_DECODER.raw_decode(text)
+    except ValueError:
+        return cast("JSON", json.loads(text))
+    if end < len(text):
+        return cast("JSON", json.loads(text))
+    return cast("JSON", decoded)
 
 
 def _actor(column: str, value: object) -> Literal["process", "operator"]:
@@ -230,7 +267,7 @@ def read_record(ledger: str, row: tuple[object, ...]) -> Record:
     """
     key, tool, state, args_hash, attempt_id, attempted_at = row[:6]
     lease_until, finished_at, result, error_type, error_message, doubt_reason = row[12:]
-    with Reading(ledger, "calls", key):
+    try:  # what Reading does, without making one: every read of a key comes here
         return Record(
             key=text_of("key", key),
             tool=text_of("tool", tool),
@@ -248,6 +285,8 @@ def read_record(ledger: str, row: tuple[object, ...]) -> Record:
                 None if doubt_reason is None else member("doubt_reason", doubt_reason, DoubtReason)
             ),
         )
+    except _Unreadable as exc:
+        raise _corrupt(ledger, "calls", key, exc) from None
 
 
 def _owner(columns: tuple[object, ...]) -> Owner:

@@ -48,7 +48,7 @@ from safeact._call import (
 )
 from safeact._codec import ResultNotStorableError, check_return_type, decode, encode
 from safeact._history import Why
-from safeact._keys import args_hash, check_ignore, check_key, check_text, ignored_names
+from safeact._keys import ArgsHash, check_ignore, check_key, check_text, ignored_names
 from safeact._outcome import Outcome, Succeeded, failed_from, in_doubt_from
 from safeact._owner import Owner
 from safeact._protocol import (
@@ -234,6 +234,7 @@ class _Guard(Generic[T_co]):
         self.reconcile = reconcile
         self._signature = _key_first_signature(fn, self.name)
         self.ignore = check_ignore(self._signature, ignore, self.name)
+        self._args_hash = ArgsHash(self._signature, self.ignore)
         self.return_type = check_return_type(fn, self.name)
 
     def __repr__(self) -> str:
@@ -242,7 +243,7 @@ class _Guard(Generic[T_co]):
     def _digest(self, key: str, args: tuple[object, ...], kwargs: dict[str, object]) -> str:
         check_key(key)
         try:
-            return args_hash(self._signature, args, kwargs, self.ignore)
+            return self._args_hash(args, kwargs)
         except TypeError as exc:
             raise TypeError(f"{self.name}: {exc}") from exc
 

@@ -36,7 +36,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from safeact import KeyConflictError, Saga, Store, Succeeded, get_store, safe
-from safeact._keys import args_hash
+from safeact._keys import ArgsHash, args_hash
 
 T = TypeVar("T")
 
@@ -142,10 +142,12 @@ def act(key: str, value: object, extra: int = 0) -> None:
 
 
 SIGNATURE = inspect.signature(act)
+PLAN = ArgsHash(SIGNATURE)
 
 
 def digest(value: object, **kwargs: object) -> str:
-    return args_hash(SIGNATURE, (value,), kwargs)
+    """The digest of ``act(key, value, **kwargs)``, as a tool computes it."""
+    return PLAN((value,), kwargs)
 
 
 def nested(depth: int) -> object:
@@ -975,3 +977,139 @@ def test_calls_hash_alike_exactly_when_their_arguments_are_the_same(
     else:
         second = copy.deepcopy(first) if how == "copy" else data.draw(VALUES)
     assert (digest(first) == digest(second)) == same_call(first, second)
+
+
+# A tool's plan (ArgsHash) hashes every call as args_hash does, with less work per call.
+
+KINDS = [
+    inspect.Parameter.POSITIONAL_ONLY,
+    inspect.Parameter.POSITIONAL_OR_KEYWORD,
+    inspect.Parameter.VAR_POSITIONAL,
+    inspect.Parameter.KEYWORD_ONLY,
+    inspect.Parameter.VAR_KEYWORD,
+]
+"""The kinds of parameter, in the order a signature lists them."""
+POSITIONAL = (inspect.Parameter.POSITIONAL_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
+NAMED = (inspect.Parameter.POSITIONAL_OR_KEYWORD, inspect.Parameter.KEYWORD_ONLY)
+VARIADIC = (inspect.Parameter.VAR_POSITIONAL, inspect.Parameter.VAR_KEYWORD)
+EMPTY = inspect.Parameter.empty
+NAMES = ["b", "a", "é", "key2", "a_b"]
+"""Parameter names: not in sorted order, one that JSON escapes, one like the key's."""
+ARGUMENTS = st.integers(0, 2) | st.sampled_from(["", "x", 1.0, Plain()]) | st.lists(st.booleans())
+"""Argument values, one refused: the error names the first parameter (by name) that holds it."""
+
+
+@st.composite
+def signatures(draw: st.DrawFn) -> inspect.Signature:
+    """Signatures that take the key first and positionally, then parameters of every kind."""
+    names = draw(st.lists(st.sampled_from(NAMES), unique=True, max_size=len(NAMES)))
+    kinds = sorted(draw(st.lists(st.sampled_from(KINDS), min_size=len(names), max_size=len(names))))
+    # The key is positional-only if any parameter is: none can follow a positional-or-keyword.
+    key_kinds = POSITIONAL[:1] if inspect.Parameter.POSITIONAL_ONLY in kinds else POSITIONAL
+    parameters = [inspect.Parameter("key", draw(st.sampled_from(key_kinds)))]
+    for name, kind in zip(names, kinds, strict=True):
+        if kind in VARIADIC and kind is parameters[-1].kind:
+            continue  # one *args and one **kwargs at most
+        # A positional parameter after one with a default must have a default too.
+        after_default = kind in POSITIONAL and parameters[-1].default is not EMPTY
+        if kind in VARIADIC or not (after_default or draw(st.booleans())):
+            parameters.append(inspect.Parameter(name, kind))
+        else:
+            parameters.append(inspect.Parameter(name, kind, default=draw(ARGUMENTS)))
+    return inspect.Signature(parameters)
+
+
+@st.composite
+def calls(
+    draw: st.DrawFn, signature: inspect.Signature
+) -> tuple[tuple[object, ...], dict[str, object]]:
+    """Calls of ``signature``, the key left out: most fit, a few do not.
+
+    A fault adds a positional argument (for ``*args``, or one too many), an unknown keyword
+    (for ``**kwargs``, or unexpected), the key's name as a keyword, a positional parameter's
+    name as a keyword (given twice, or positional-only), or leaves out an argument given by
+    name.
+    """
+    _, *parameters = signature.parameters.values()
+    positional = [p for p in parameters if p.kind in POSITIONAL]
+    required = [i + 1 for i, p in enumerate(positional) if p.default is EMPTY]
+    by_position = draw(st.integers(max(required, default=0), len(positional)))
+    args = [draw(ARGUMENTS) for _ in range(by_position)]
+    kwargs = {}
+    for parameter in parameters[by_position:]:
+        if parameter.kind in NAMED and (parameter.default is EMPTY or draw(st.booleans())):
+            kwargs[parameter.name] = draw(ARGUMENTS)
+    fault = draw(st.sampled_from([None, None, "more", "other", "key", "twice", "twice", "drop"]))
+    if fault == "more":
+        args.append(draw(ARGUMENTS))
+    if fault in ("other", "key"):
+        kwargs[fault] = draw(ARGUMENTS)
+    if fault == "twice" and positional:
+        again = draw(st.sampled_from(positional[: len(args)] or positional))
+        kwargs[again.name] = draw(ARGUMENTS)
+    if fault == "drop" and kwargs:
+        del kwargs[draw(st.sampled_from(sorted(kwargs)))]
+    return tuple(args), kwargs
+
+
+def hashed(hash_call: Any) -> str:
+    """The digest ``hash_call()`` returns, or the TypeError it raises, as text."""
+    try:
+        return str(hash_call())
+    except TypeError as error:
+        return f"TypeError: {error}"
+
+
+@given(signatures(), st.data())
+def test_the_plan_hashes_every_call_as_args_hash_does(
+    signature: inspect.Signature, data: st.DataObject
+) -> None:
+    """The plan gives the digest args_hash gives, or raises its TypeError, for any call."""
+    _, *parameters = signature.parameters
+    ignore = data.draw(
+        st.frozensets(st.sampled_from(parameters)) if parameters else st.just(frozenset())
+    )
+    args, kwargs = data.draw(calls(signature))
+    plan = ArgsHash(signature, ignore)
+    assert hashed(lambda: plan(args, kwargs)) == hashed(
+        lambda: args_hash(signature, args, kwargs, ignore)
+    )
+
+
+def send(key: str, to: str, /, amount: int, *, note: str = "") -> None:
+    raise AssertionError
+
+
+SEND = inspect.signature(send)
+
+
+@pytest.mark.parametrize(
+    ("args", "kwargs"),
+    [
+        pytest.param(("ada", 5, "hi"), {}, id="too-many"),
+        pytest.param((), {"to": "ada", "amount": 5}, id="positional-only-by-name"),
+        pytest.param(("ada", 5), {"amount": 6}, id="twice"),
+        pytest.param(("ada",), {"note": "hi"}, id="missing"),
+        pytest.param(("ada", 5), {"notes": "hi"}, id="unexpected"),
+        pytest.param(("ada", 5), {"key": "k"}, id="the-key-by-name"),
+    ],
+)
+def test_a_call_that_does_not_fit_is_refused_as_inspect_refuses_it(
+    args: tuple[object, ...], kwargs: dict[str, object]
+) -> None:
+    """A call that does not fit the signature raises the TypeError Signature.bind raises."""
+    refused = hashed(lambda: args_hash(SEND, args, kwargs))
+    assert refused.startswith("TypeError: ")
+    assert hashed(lambda: ArgsHash(SEND)(args, kwargs)) == refused
+
+
+def test_a_plain_call_is_bound_without_inspect(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Positional arguments and keywords naming parameters are bound by the plan itself."""
+    calls = [((1,), {}), ((1, 2), {}), ((), {"value": 1}), ((1,), {"extra": 2})]
+    digests = [PLAN(args, kwargs) for args, kwargs in calls]
+
+    def bind(*_: object, **__: object) -> inspect.BoundArguments:
+        raise AssertionError
+
+    monkeypatch.setattr(inspect.Signature, "bind", bind)
+    assert [PLAN(args, kwargs) for args, kwargs in calls] == digests

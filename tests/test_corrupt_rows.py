@@ -5,16 +5,22 @@ import json
 import sqlite3
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from safeact import SafeTool, Saga, Store, StoreError, get_store, safe
 from safeact._cli import main
+from safeact._rows import _whole_json
 
 CALLS = [
     ("result", "{not json", "result is not valid JSON"),
     ("result", "[" * 100_000 + "]" * 100_000, "result is not valid JSON"),
+    ("result", "7 8", "result is not valid JSON (Extra data: line 1 column 3"),
+    ("result", "\ufeff7", "result is not valid JSON (Unexpected UTF-8 BOM"),
     ("state", "exploded", "state is 'exploded', not one of attempting, succeeded"),
     ("doubt_reason", "gremlins", "doubt_reason is 'gremlins', not one of"),
     ("attempted_at", "yesterday", "attempted_at is 'yesterday', not an ISO 8601 time"),
@@ -470,3 +476,33 @@ def test_sagas_marks_a_corrupt_saga(ledger: Path, capsys: pytest.CaptureFixture[
     assert rows == [["SAGA", "STATE"], ["order-1", "corrupt"], ["order-2", "completed"]]
     assert "state is 'sulking', not one of running" in out
     assert "1 corrupt row" in err
+
+
+# Reading a result: as json.loads reads it, whatever the text.
+
+JSON_TEXTS = st.builds(
+    lambda before, value, after: before + json.dumps(value) + after,
+    st.sampled_from(["", " ", "\n", "\ufeff", "x"]),
+    st.recursive(
+        st.none() | st.booleans() | st.integers() | st.floats() | st.text(),
+        lambda items: st.lists(items) | st.dictionaries(st.text(), items),
+        max_leaves=5,
+    ),
+    st.sampled_from(["", " ", "\n", "x", " 1", "]"]),
+)
+"""JSON texts, some with what json.loads skips (white space) or refuses around them."""
+
+
+def loaded(read: Callable[[str], object], text: str) -> tuple[str, object]:
+    """What ``read(text)`` gives ("value", it) or raises ("error", its message)."""
+    try:
+        return ("value", read(text))
+    except ValueError as error:
+        return ("error", str(error))
+
+
+@given(JSON_TEXTS | st.text())
+def test_a_stored_result_is_read_as_json_loads_reads_it(text: str) -> None:
+    """A result's text reads as the value json.loads gives, or fails with json.loads' message."""
+    # Compared by repr: a NaN read is not equal to itself.
+    assert repr(loaded(_whole_json, text)) == repr(loaded(json.loads, text))

@@ -27,7 +27,7 @@ from safeact import (
     Succeeded,
     register_type,
 )
-from safeact._codec import decode, encode
+from safeact._codec import _converter, _hooks, _same_json, decode, encode
 from safeact._protocol import JSON
 
 
@@ -387,6 +387,23 @@ def test_builtin_type_cannot_be_registered() -> None:
         )
 
 
+def test_a_registration_drops_the_hooks_looked_up_before() -> None:
+    """After register_type, results are encoded and rebuilt with the hooks cattrs has now."""
+
+    @attrs.frozen
+    class Fee:
+        cents: int
+
+    class Stamp:
+        pass
+
+    encode(Fee(1), Fee)
+    register_type(Stamp, to_json=lambda _: None, from_json=lambda _: Stamp())
+    hooks = _hooks(Fee)
+    now = (_converter.get_structure_hook(Fee), _converter.get_unstructure_hook(Fee))
+    assert (hooks.structure, hooks.unstructure) == now
+
+
 @pytest.mark.parametrize(
     "arguments",
     [
@@ -494,8 +511,11 @@ kinds: st.SearchStrategy[Kind] = st.recursive(
 )
 
 
-def as_data(stored: JSON) -> object:
-    """JSON as comparable data: kinds kept apart (true is not 1), numbers by exact value."""
+def as_data(stored: object) -> object:  # noqa: PLR0911 - a case per kind
+    """JSON as comparable data: kinds kept apart (true is not 1), numbers by exact value.
+
+    Anything else (a tuple, a Decimal) is data equal to nothing but itself.
+    """
     match stored:
         case bool():
             return ("bool", stored)
@@ -509,6 +529,8 @@ def as_data(stored: JSON) -> object:
             return ("array", tuple(as_data(item) for item in stored))
         case dict():
             return ("object", frozenset((name, as_data(item)) for name, item in stored.items()))
+        case _:
+            return ("not JSON", id(stored))
 
 
 @given(st.data())
@@ -533,3 +555,78 @@ def test_replay_under_another_type_is_exact_or_refused(data: st.DataObject) -> N
         return
     event("replayed")
     assert as_data(stored) == as_data(encode(got, other))
+
+
+# The comparison after rebuilding: the same JSON, kind for kind.
+
+ALIKE = st.sampled_from([0, 1, 1.0, 2.5, True, False, "", "1", None])
+"""JSON scalars that are easily taken for one another (1, 1.0, True and "1")."""
+UNLIKE = st.sampled_from([decimal.Decimal(1), b"1", object()])
+"""Values that are not JSON, on the side of the stored value (which an operator may give)."""
+
+
+def json_like(leaves: st.SearchStrategy[object]) -> st.SearchStrategy[object]:
+    """Arrays (lists, and tuples, which are not JSON) and objects of ``leaves``."""
+    return st.recursive(
+        leaves,
+        lambda items: (
+            st.lists(items, max_size=2)
+            | st.lists(items, max_size=2).map(tuple)
+            | st.dictionaries(st.sampled_from(["a", "b"]), items, max_size=2)
+        ),
+        max_leaves=4,
+    )
+
+
+@pytest.mark.parametrize(
+    ("rebuilt", "stored", "same"),
+    [
+        pytest.param(1, 1.0, True, id="9-is-9.0"),
+        pytest.param({"a": [1.0], "b": None}, {"b": None, "a": [1]}, True, id="objects-by-key"),
+        pytest.param(1, True, False, id="1-is-not-true"),
+        pytest.param(False, 0, False, id="false-is-not-0"),
+        pytest.param(1, "1", False, id="1-is-not-'1'"),
+        pytest.param([1], (1,), False, id="a-tuple-is-not-json"),
+        pytest.param(1, decimal.Decimal(1), False, id="a-Decimal-is-not-json"),
+        pytest.param({"a": 1}, {"b": 1}, False, id="other-keys"),
+        pytest.param({"a": 1}, {"a": 1, "b": 1}, False, id="more-keys"),
+        pytest.param([1, 2], [2, 1], False, id="other-order"),
+    ],
+)
+def test_rebuilt_json_is_the_stored_json_only_kind_for_kind(
+    rebuilt: JSON, stored: Any, same: bool
+) -> None:
+    """Rebuilt JSON is taken for the stored JSON when equal and of the same JSON kinds."""
+    assert _same_json(rebuilt, stored) == same
+
+
+def near(value: object, data: st.DataObject) -> object:
+    """``value`` with some parts swapped: a leaf for a look-alike, a list for a tuple, a key."""
+    change = data.draw(st.integers(0, 2)) == 0  # one part in three
+    if isinstance(value, list):
+        items = [near(item, data) for item in value]
+        return tuple(items) if change else items
+    if isinstance(value, dict):
+        pairs = {name: near(item, data) for name, item in value.items()}
+        if change and pairs:
+            name = next(iter(pairs))
+            pairs[f"{name}+"] = pairs.pop(name)
+        return pairs
+    return data.draw(ALIKE | UNLIKE) if change else value
+
+
+@given(json_like(ALIKE), st.data())
+def test_rebuilt_json_is_the_stored_json_exactly_when_alike_kind_for_kind(
+    value: object, data: st.DataObject
+) -> None:
+    """The JSON a result rebuilds to is the stored JSON when it is the same data, kind for kind."""
+    rebuilt = json.loads(json.dumps(value))  # as decode has it: through json
+    how = data.draw(st.sampled_from(["copy", "floats", "near", "near", "other"]))
+    stored: Any  # JSON, or not quite (an operator's)
+    if how == "near":
+        stored = near(rebuilt, data)
+    elif how == "other":
+        stored = data.draw(json_like(ALIKE | UNLIKE))
+    else:  # the same data, its ints as floats or not
+        stored = json.loads(json.dumps(value), parse_int=float if how == "floats" else int)
+    assert _same_json(rebuilt, stored) == (as_data(rebuilt) == as_data(stored))
