@@ -411,8 +411,8 @@ MUTANTS = [
         [
             Edit(
                 "safeact/_postgres.py",
-                'connection.execute("SET LOCAL synchronous_commit = on")',
-                'connection.execute("SET LOCAL synchronous_commit = DEFAULT")',
+                '_SYNCED = "SET LOCAL synchronous_commit = on"',
+                '_SYNCED = "SET LOCAL synchronous_commit = DEFAULT"',
             )
         ],
         ["tests/test_postgres_liveness.py"],
