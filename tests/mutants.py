@@ -163,11 +163,12 @@ MUTANTS = [
         [
             Edit(
                 "safeact/_transitions.py",
-                '"INSERT INTO calls (key,',
-                '"INSERT OR REPLACE INTO calls (key,',
+                '"ON CONFLICT (key) DO NOTHING",',
+                '"ON CONFLICT (key) DO UPDATE SET attempt_id = excluded.attempt_id, "\n'
+                '                        "owner_pid = excluded.owner_pid",',
             )
         ],
-        ["tests/test_ledger.py"],
+        ["tests/test_concurrency.py", "tests/test_ledger.py", "tests/test_state_machine.py"],
     ),
     Mutant(
         "let a FAILED key re-run",
