@@ -88,6 +88,7 @@ class SqliteStore(Store):
         self._local = threading.local()
         self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
         self._group = GroupCommit()
+        self._writing = threading.Lock()
         _check_regular_file(path)
         self._create_file()
         check_usable(self._path)  # before any writable connection: see check_usable
@@ -113,13 +114,16 @@ class SqliteStore(Store):
         the commits made meanwhile (``GroupCommit``).
         """
         connection = self._connection()
-        connection.execute("BEGIN IMMEDIATE")
-        try:
-            yield connection
-            connection.execute("COMMIT")
-        finally:
-            if connection.in_transaction:
-                connection.execute("ROLLBACK")
+        # The threads of this process queue here for SQLite's write lock: one that waits in
+        # SQLite's busy handler sleeps 1 ms, then longer, however soon the lock is free.
+        with self._writing:
+            connection.execute("BEGIN IMMEDIATE")
+            try:
+                yield connection
+                connection.execute("COMMIT")
+            finally:
+                if connection.in_transaction:
+                    connection.execute("ROLLBACK")
         if sync and self._fsync_attempts:
             try:
                 self._group.durable(self._sync_wal)
@@ -168,7 +172,9 @@ class SqliteStore(Store):
 
     def _forget_connections(self) -> None:
         self._connections = weakref.WeakSet()
-        self._group = GroupCommit()  # a parent thread may have held its lock at the fork
+        # A parent thread may have held either lock at the fork.
+        self._group = GroupCommit()
+        self._writing = threading.Lock()
 
     def _create_file(self) -> None:
         """Create the ledger file with owner-only permissions, if it does not exist."""
