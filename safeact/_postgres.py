@@ -437,8 +437,12 @@ def _quiet(session: psycopg.Connection[Any]) -> bool:
     """
     if session.closed:
         return False
-    readable, _, _ = select.select([session.fileno()], [], [], 0)
-    return not readable
+    try:
+        heard = select.poll()  # not select(): a process with many files has descriptors > 1023
+        heard.register(session.fileno(), select.POLLIN)
+        return not heard.poll(0)
+    except (AttributeError, OSError, ValueError):  # no poll() (Windows), or a closed socket
+        return False  # then ask the server
 
 
 def _holds(session: psycopg.Connection[Any], lock: int) -> bool:

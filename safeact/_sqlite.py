@@ -87,12 +87,16 @@ class SqliteStore(Store):
         self._fsync_attempts = fsync_attempts
         self._local = threading.local()
         self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
-        self._group = GroupCommit()
-        self._writing = threading.Lock()
+        self._group = GroupCommit(self._sync_wal)
+        self._writing = threading.RLock()
         _check_regular_file(path)
         self._create_file()
         check_usable(self._path)  # before any writable connection: see check_usable
-        self._connection()
+        # The WAL is named after the file SQLite opened: its absolute path, as resolved then
+        # (a later chdir, or a symlink given as the path, must not point the fsync elsewhere).
+        with self._errors():
+            opened = self._connection().execute("PRAGMA database_list").fetchone()[2]
+        self._wal = f"{opened}-wal"
 
     @property
     def path(self) -> Path:
@@ -126,13 +130,13 @@ class SqliteStore(Store):
                     connection.execute("ROLLBACK")
         if sync and self._fsync_attempts:
             try:
-                self._group.durable(self._sync_wal)
+                self._group.durable()
             except OSError as exc:
                 raise StoreError(f"{self._path}: a commit may not be on disk: {exc}") from exc
 
     def _sync_wal(self) -> None:
         """Sync the WAL to disk: every commit made so far is on disk when it returns."""
-        fd = os.open(f"{self._path}-wal", os.O_RDONLY | os.O_CLOEXEC)
+        fd = os.open(self._wal, os.O_RDONLY | os.O_CLOEXEC)
         try:
             os.fsync(fd)
         finally:
@@ -173,8 +177,8 @@ class SqliteStore(Store):
     def _forget_connections(self) -> None:
         self._connections = weakref.WeakSet()
         # A parent thread may have held either lock at the fork.
-        self._group = GroupCommit()
-        self._writing = threading.Lock()
+        self._group = GroupCommit(self._sync_wal)
+        self._writing = threading.RLock()
 
     def _create_file(self) -> None:
         """Create the ledger file with owner-only permissions, if it does not exist."""

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -663,7 +664,10 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
             return cast("Pause | Act | Ask | _Ended", await asyncio.shield(work))
         except asyncio.CancelledError:
             cancelled.set()
-            step = await work
+            while not work.done():  # a second cancellation must not lose the claim either
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.shield(work)
+            step = work.result()
             if isinstance(step, Act):
                 self._interrupted(step.record)
             raise

@@ -41,7 +41,7 @@ from safeact._protocol import (
 )
 from safeact._rows import time_text
 from safeact._tables import SCHEMA_VERSION
-from safeact.exceptions import NotProvenError, SafeError, StoreError
+from safeact.exceptions import NotProvenError, SafeError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
@@ -372,12 +372,17 @@ class KeyTransitions(Ledger):
                         (*attempt, key, State.RELEASED.value, previous.attempt_id),
                     )
                 record_claim(db, event)
-        except StoreError:
-            # A claim can commit and then fail to be made durable (its fsync failed) or to
-            # answer (the connection dropped): record that this attempt is over, so that
-            # nobody waits on a row its live owner has given up. Its action never ran.
+        except BaseException:
+            # The claim may have committed and then failed to be made durable (an fsync
+            # failed, or an interrupt came while it waited for one) or to answer (the
+            # connection dropped). If the row is at this attempt, record that the attempt is
+            # over, so that nobody waits on a row its live owner has given up; its action
+            # never ran. Asked first, so a claim that never got the write lock does not wait
+            # for it again.
             with contextlib.suppress(Exception):
-                self._mark_in_doubt(key, attempt_id, DoubtReason.INTERRUPTED)
+                row = self.get(key)
+                if row is not None and row.attempt_id == attempt_id:
+                    self._mark_in_doubt(key, attempt_id, DoubtReason.INTERRUPTED)
             raise
         if not claimed.rowcount:
             return None  # another caller got there first (or the owner finished)

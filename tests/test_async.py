@@ -250,6 +250,32 @@ def test_cancel_during_the_claim_leaves_no_orphan(
     assert runs == []
 
 
+def test_a_task_cancelled_twice_during_its_claim_leaves_no_orphan(
+    store: Store, any_ledger: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A second cancellation while the claim finishes does not lose the claim: it is marked."""
+    monkeypatch.setattr(_sqlite, "BUSY_TIMEOUT", 5.0)
+    runs: list[str] = []
+    charge = charge_tool(store, runs)
+    release = hold_write_lock(any_ledger)
+
+    async def cancel_twice_while_claiming() -> None:
+        async with claiming(charge) as call:
+            call.cancel()
+            await asyncio.sleep(0)  # the task takes the first cancellation, waits for its claim
+            call.cancel()
+            await asyncio.sleep(0)
+            release()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+
+    asyncio.run(cancel_twice_while_claiming())
+    record = store.get("k")
+    assert record is not None
+    assert (record.state, record.doubt_reason) == (State.IN_DOUBT, DoubtReason.INTERRUPTED)
+    assert runs == []
+
+
 def test_a_task_cancelled_before_its_claim_claims_nothing(store: Store) -> None:
     """Cancelled while its key is read, a call stops before claiming: no row, nothing ran."""
     runs: list[str] = []

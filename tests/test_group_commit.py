@@ -1,7 +1,7 @@
 """Group commit: concurrent claims share fsyncs, and no action runs before its claim is synced."""
 
-import contextlib
 import os
+import signal
 import sqlite3
 import threading
 from collections.abc import Callable
@@ -21,17 +21,17 @@ class _Arrivals(GroupCommit):
 
     __slots__ = ("_all_in", "_count", "_expected")
 
-    def __init__(self, expected: int) -> None:
-        super().__init__()
+    def __init__(self, expected: int, fsync: Callable[[], None]) -> None:
+        super().__init__(fsync)
         self._expected, self._count = expected, 0
         self._all_in = threading.Event()
 
-    def durable(self, fsync: Callable[[], None]) -> None:
+    def durable(self) -> None:
         with self._done:
             self._count += 1
             if self._count == self._expected:
                 self._all_in.set()
-        super().durable(fsync)
+        super().durable()
 
     def wait_for_all(self) -> None:
         assert self._all_in.wait(30), "the callers never all committed"
@@ -51,7 +51,7 @@ def test_concurrent_claims_share_fsyncs_and_none_acts_before_its_claim_is_synced
     key was among them.
     """
     store = SqliteStore(ledger)
-    arrivals = _Arrivals(CALLERS)
+    arrivals = _Arrivals(CALLERS, store._sync_wal)
     store._group = arrivals
     committed = sqlite3.connect(ledger, check_same_thread=False)
     synced: set[str] = set()
@@ -100,94 +100,128 @@ def test_concurrent_claims_share_fsyncs_and_none_acts_before_its_claim_is_synced
     assert 1 <= syncs < CALLERS
 
 
-def test_a_commit_after_a_failed_fsync_is_synced_afresh() -> None:
-    """A failed fsync fails its own commits only: the next commit gets an fsync of its own."""
-    group = GroupCommit()
-
-    def broken() -> None:
-        raise OSError(5, "Input/output error")
-
-    with pytest.raises(OSError, match="Input/output error"):
-        group.durable(broken)
-    synced: list[str] = []
-    group.durable(lambda: synced.append("synced"))
-    assert synced == ["synced"]
+FAILED = (
+    "an fsync of the ledger failed, so this commit may not be on disk: [Errno 5] "
+    "Input/output error; open the store again once the disk is sound"
+)
 
 
-def test_every_commit_a_failed_fsync_covered_fails() -> None:
-    """Commits waiting for the next fsync all fail when it fails, not only its caller.
+class _Fsyncs:
+    """An fsync for a ``GroupCommit``: each call takes the next of ``plan``'s behaviours.
 
-    After a failed fsync the kernel may have dropped the pages and report the next fsync
-    clean, so a waiter must not retry and succeed.
+    "hold" waits until ``release`` is set; "fail" raises EIO; "ok" returns. Every call is
+    recorded with the thread it ran on.
     """
-    group = GroupCommit()
-    first_syncing, finish_first = threading.Event(), threading.Event()
-    results: list[str] = []
 
-    def slow() -> None:
-        first_syncing.set()
-        assert finish_first.wait(30)
+    def __init__(self, *plan: str) -> None:
+        self.plan = list(plan)
+        self.threads: list[str] = []
+        self.holding, self.release = threading.Event(), threading.Event()
 
-    def broken() -> None:
-        raise OSError(5, "Input/output error")
+    def __call__(self) -> None:
+        self.threads.append(threading.current_thread().name)
+        step = self.plan.pop(0)
+        if step == "hold":
+            self.holding.set()
+            assert self.release.wait(30)
+        elif step == "fail":
+            raise OSError(5, "Input/output error")
 
-    def caller(name: str, fsync: Callable[[], None]) -> None:
+
+def _durable(group: GroupCommit, results: list[str], name: str) -> threading.Thread:
+    """Start a thread that commits as ``name`` and records how ``durable`` ended for it."""
+
+    def caller() -> None:
         try:
-            group.durable(fsync)
+            group.durable()
         except OSError as exc:
             results.append(f"{name}: {exc}")
         else:
             results.append(f"{name}: durable")
 
-    first = threading.Thread(target=caller, args=("first", slow))
-    first.start()
-    assert first_syncing.wait(30)
-    later = [threading.Thread(target=caller, args=(name, broken)) for name in ("a", "b")]
-    for thread in later:
-        thread.start()
-    with group._done:  # both commit while the first fsync runs, so one fsync covers both
-        while group._committed < 3:
+    thread = threading.Thread(target=caller, name=name)
+    thread.start()
+    return thread
+
+
+def _numbered(group: GroupCommit, commits: int) -> None:
+    """Wait until ``commits`` commits have asked to be made durable."""
+    with group._done:
+        while group._committed < commits:
             group._done.wait(0.01)
-    finish_first.set()
+
+
+def test_commits_made_while_an_fsync_runs_share_the_next_one() -> None:
+    """Three commits behind a running fsync cost one more fsync, not three."""
+    fsyncs = _Fsyncs("hold", "ok")
+    group = GroupCommit(fsyncs)
+    results: list[str] = []
+    first = _durable(group, results, "first")
+    assert fsyncs.holding.wait(30)
+    later = [_durable(group, results, name) for name in ("a", "b", "c")]
+    _numbered(group, 4)
+    fsyncs.release.set()
     for thread in [first, *later]:
         thread.join()
-    assert results[0] == "first: durable"
-    failed = "the fsync that was to make this commit durable failed: [Errno 5] Input/output error"
-    assert sorted(results[1:]) == [f"a: {failed}", f"b: {failed}"]
+    assert sorted(results) == ["a: durable", "b: durable", "c: durable", "first: durable"]
+    assert fsyncs.threads == ["safeact-group-commit"] * 2  # never a caller's thread
 
 
-def test_an_interrupted_fsync_leaves_its_commits_to_the_next_one() -> None:
-    """An interrupt in the fsync proves nothing synced: a commit it covered syncs again."""
-    group = GroupCommit()
-    first_syncing, finish_first = threading.Event(), threading.Event()
-    fsyncs: list[str] = []
+def test_a_failed_fsync_fails_every_commit_from_then_on() -> None:
+    """After a failed fsync the kernel may report the next one clean: every commit fails.
 
-    def slow() -> None:
-        first_syncing.set()
-        assert finish_first.wait(30)
-
-    def interrupted_once() -> None:
-        fsyncs.append("interrupted" if not fsyncs else "synced")
-        if fsyncs == ["interrupted"]:
-            raise KeyboardInterrupt
-
-    def caller(fsync: Callable[[], None]) -> None:
-        with contextlib.suppress(KeyboardInterrupt):
-            group.durable(fsync)
-
-    first = threading.Thread(target=caller, args=(slow,))
-    first.start()
-    assert first_syncing.wait(30)
-    later = [threading.Thread(target=caller, args=(interrupted_once,)) for _ in range(2)]
-    for thread in later:
-        thread.start()
-    with group._done:  # both commit while the first fsync runs, so one fsync covers both
-        while group._committed < 3:
-            group._done.wait(0.01)
-    finish_first.set()
-    for thread in [first, *later]:
+    Those waiting for it, and those that come later, which could otherwise be told durable
+    by a clean fsync though written before the failure. No fsync is tried again.
+    """
+    fsyncs = _Fsyncs("hold", "fail")
+    group = GroupCommit(fsyncs)
+    results: list[str] = []
+    first = _durable(group, results, "first")
+    assert fsyncs.holding.wait(30)
+    waiting = [_durable(group, results, name) for name in ("a", "b")]
+    _numbered(group, 3)
+    fsyncs.release.set()
+    for thread in [first, *waiting]:
         thread.join()
-    assert fsyncs == ["interrupted", "synced"]
+    _durable(group, results, "later").join()
+    assert sorted(results) == [
+        f"a: {FAILED}",
+        f"b: {FAILED}",
+        "first: durable",
+        f"later: {FAILED}",
+    ]
+    assert len(fsyncs.threads) == 2
+
+
+def test_an_interrupted_caller_stops_waiting_and_the_others_go_on() -> None:
+    """A signal (Ctrl-C) in a waiting caller ends its wait; the fsyncs and the rest go on."""
+    fsyncs = _Fsyncs("hold", "ok")
+    group = GroupCommit(fsyncs)
+    main = threading.main_thread().ident
+    assert main == threading.get_ident()
+
+    def interrupt(signum: int, frame: object) -> None:
+        raise KeyboardInterrupt
+
+    def signal_main_once_held() -> None:
+        assert fsyncs.holding.wait(30)
+        signal.pthread_kill(main, signal.SIGUSR1)
+
+    previous = signal.signal(signal.SIGUSR1, interrupt)
+    try:
+        sender = threading.Thread(target=signal_main_once_held)
+        sender.start()
+        with pytest.raises(KeyboardInterrupt):
+            group.durable()
+        sender.join()
+    finally:
+        signal.signal(signal.SIGUSR1, previous)
+    results: list[str] = []
+    later = _durable(group, results, "later")
+    _numbered(group, 2)
+    fsyncs.release.set()
+    later.join()
+    assert results == ["later: durable"]
 
 
 def test_a_claim_whose_fsync_fails_is_an_error_and_leaves_the_key_interrupted(
@@ -212,8 +246,56 @@ def test_a_claim_whose_fsync_fails_is_an_error_and_leaves_the_key_interrupted(
 
     with pytest.raises(StoreError, match=r"may not be on disk: .*Input/output error"):
         act("k")
+    with pytest.raises(StoreError, match="open the store again once the disk is sound"):
+        act("k2")  # whatever the next fsync would say
     record = store.get("k")
     store.close()
     assert ran == []
     assert record is not None
     assert (record.state, record.doubt_reason) == (State.IN_DOUBT, DoubtReason.INTERRUPTED)
+    monkeypatch.undo()
+    with SqliteStore(ledger) as reopened:
+        assert safe(reopened, name="unsynced")(act.__wrapped__)("k3") == Succeeded("k3", 1)
+    assert ran == ["k3"]
+
+
+def _synced_paths(monkeypatch: pytest.MonkeyPatch) -> list[Path]:
+    """Every file fsynced from Python from now on, by its full path."""
+    synced: list[Path] = []
+    fsync = os.fsync
+
+    def recorded(fd: int) -> None:
+        fsync(fd)
+        synced.append(Path(f"/proc/self/fd/{fd}").readlink())
+
+    monkeypatch.setattr(os, "fsync", recorded)
+    return synced
+
+
+def test_the_wal_synced_is_the_ledgers_after_a_change_of_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A ledger opened by a relative path: a later chdir does not point the fsync elsewhere."""
+    for folder in ("a", "b"):
+        (tmp_path / folder).mkdir()
+    monkeypatch.chdir(tmp_path / "a")
+    with SqliteStore("ledger.db") as store, SqliteStore(tmp_path / "b" / "ledger.db") as other:
+        other._claim("o", "t", "h", attempt_id="o", previous=None)  # b has a WAL of that name
+        monkeypatch.chdir(tmp_path / "b")
+        synced = _synced_paths(monkeypatch)
+        store._claim("k", "t", "h", attempt_id="a", previous=None)
+    assert synced == [(tmp_path / "a" / "ledger.db-wal").resolve()]
+
+
+def test_the_wal_synced_is_the_linked_files_when_the_path_is_a_symlink(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """SQLite writes the WAL beside the file a symlink names; that is the one fsynced."""
+    (tmp_path / "real").mkdir()
+    SqliteStore(tmp_path / "real" / "ledger.db").close()
+    link = tmp_path / "link.db"
+    link.symlink_to(tmp_path / "real" / "ledger.db")
+    with SqliteStore(link) as store:
+        synced = _synced_paths(monkeypatch)
+        assert store._claim("k", "t", "h", attempt_id="a", previous=None) is not None
+    assert synced == [(tmp_path / "real" / "ledger.db-wal").resolve()]
