@@ -158,6 +158,16 @@ def test_a_running_sagas_steps_are_kept(store: Store) -> None:
     )
 
 
+def test_no_states_purges_finished_sagas_and_no_keys(store: Store) -> None:
+    """states=() purges no key, but still the finished sagas; their steps' keys stay."""
+    step, _ = saga_steps(store)
+    with Saga("order", store) as saga:
+        saga.step(step, 1)
+    assert store.purge(utc_now() + LATER, states=()) == Purged(keys=(), sagas=("order",))
+    assert store.get_saga("order") is None
+    assert [r.key for r in store.records()] == ["order:0:step"]
+
+
 def test_a_rolled_back_saga_goes_with_its_steps_and_compensations(store: Store) -> None:
     """A compensated saga is purged with its failed step, its done step and its compensation."""
     step, _ = saga_steps(store)

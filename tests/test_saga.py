@@ -6,14 +6,17 @@ from pathlib import Path
 import pytest
 
 from safeact import (
+    DoubtReason,
     Failed,
     InDoubt,
     KeyConflictError,
     Saga,
     SagaFailed,
+    SagaRecord,
     SagaState,
     State,
     Store,
+    StoreError,
     get_store,
     safe,
 )
@@ -96,6 +99,10 @@ def test_failing_step_compensates_completed_steps_newest_first(store: Store) -> 
     assert failure.skipped == ("refund-8842:2:note",)
     assert (failure.replayed, failure.failed, failure.in_doubt) == ((), (), ())
     assert failure.fully_rolled_back
+    assert (
+        "step 'refund-8842:3:ledger' failed (RuntimeError: ledger is down); fully rolled back."
+        in str(failure)
+    )
     saga = store.get_saga("refund-8842")
     assert saga is not None
     assert (saga.state, saga.aborted_step) == (SagaState.COMPENSATED, "refund-8842:3:ledger")
@@ -205,10 +212,11 @@ def test_other_step_name_on_rerun_conflicts_before_anything_runs(store: Store) -
     with Saga("s", store) as saga:
         saga.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
     with (
-        pytest.raises(KeyConflictError, match="an earlier run took 's:0:charge'"),
+        pytest.raises(KeyConflictError, match="an earlier run took 's:0:charge'") as caught,
         Saga("s", store) as saga,
     ):
         saga.step(bank.act("refund"), 50, compensate=bank.undo("refund"))
+    assert caught.value.key == "s:0:refund"
     assert bank.log == ["charge s:0:charge"]
     saga_record = store.get_saga("s")
     assert saga_record is not None
@@ -233,9 +241,13 @@ def test_completed_saga_refuses_an_extra_step(store: Store) -> None:
     bank = Bank()
     with Saga("s", store) as saga:
         saga.step(bank.act("charge"), 50)
-    with pytest.raises(KeyConflictError, match="completed with 1 steps"), Saga("s", store) as saga:
+    with (
+        pytest.raises(KeyConflictError, match="completed with 1 steps") as caught,
+        Saga("s", store) as saga,
+    ):
         saga.step(bank.act("charge"), 50)
         saga.step(bank.act("send"), 1)
+    assert caught.value.key == "s:1:send"
     assert bank.log == ["charge s:0:charge"]
 
 
@@ -260,6 +272,19 @@ def test_tool_of_another_ledger_is_refused(tmp_path: Path, store: Store) -> None
 
         with pytest.raises(ValueError, match="make the tool with safe"), Saga("s", store) as s:
             s.step(act)
+
+
+def test_tool_of_another_store_on_the_same_ledger_is_accepted(any_ledger: str) -> None:
+    """A tool made on another Store object of the saga's own ledger runs as one of its steps."""
+    with get_store(any_ledger) as tools, get_store(any_ledger) as sagas:
+
+        @safe(tools, name="double")
+        def double(key: str, n: int) -> int:
+            return 2 * n
+
+        with Saga("s", sagas) as saga:
+            value = saga.step(double, 2)
+    assert value == 4
 
 
 def test_saga_id_must_be_a_non_empty_string(store: Store) -> None:
@@ -487,6 +512,7 @@ def test_step_whose_result_cannot_be_stored_aborts_as_in_doubt(store: Store) -> 
         saga.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
         saga.step(quote)
     assert isinstance(caught.value.outcome, InDoubt)
+    assert caught.value.outcome.reason is DoubtReason.RESULT_NOT_STORED
     assert caught.value.step == "s:1:quote"
     assert caught.value.compensated == ("s:0:charge",)
 
@@ -522,3 +548,80 @@ def test_async_compensation_of_a_sync_saga_runs(store: Store) -> None:
         raise RuntimeError("abort")
     assert undone == ["s:0:charge:compensate"]
     assert caught.value.compensated == ("s:0:charge",)
+
+
+def test_saga_opens_the_ledger_at_a_location_it_is_given(any_ledger: str) -> None:
+    """Saga(saga_id, location) opens the ledger there itself; the saga completes in it."""
+
+    def double(key: str, n: int) -> int:
+        return 2 * n
+
+    with Saga("s", any_ledger) as saga:
+        value = saga.step(double, 3)
+    saga.store.close()
+    assert value == 6
+    with get_store(any_ledger) as store:
+        record = store.get_saga("s")
+    assert record is not None
+    assert record.state is SagaState.COMPLETED
+
+
+def test_keyword_arguments_reach_a_plain_step(store: Store) -> None:
+    """step(fn, name=value) passes the keyword on to fn, a plain function."""
+
+    def greet(key: str, *, to: str = "nobody") -> str:
+        return to
+
+    with Saga("s", store) as saga:
+        value = saga.step(greet, to="Ada")
+    assert value == "Ada"
+
+
+def test_rollback_cut_short_by_the_ledger_is_finished_when_the_block_ends(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A rollback a StoreError cut short is finished when the block ends, even quietly."""
+    bank = Bank()
+    bank.failing.add("ledger")
+    read_saga = store.get_saga
+    cuts = [StoreError("connection lost")]
+
+    def cut_once(saga_id: str) -> SagaRecord | None:
+        if cuts:
+            raise cuts.pop()
+        return read_saga(saga_id)
+
+    with pytest.raises(SagaFailed) as caught, Saga("s", store) as saga:
+        saga.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
+        monkeypatch.setattr(store, "get_saga", cut_once)
+        with pytest.raises(StoreError, match="connection lost"):
+            saga.step(bank.act("ledger"), 3)  # fails; its rollback cannot read the saga
+    assert cuts == []
+    assert bank.log == [
+        "charge s:0:charge",
+        "ledger s:1:ledger",
+        "undo charge s:0:charge:compensate 50",
+    ]
+    assert (caught.value.step, caught.value.compensated) == ("s:1:ledger", ("s:0:charge",))
+    saga_record = store.get_saga("s")
+    assert saga_record is not None
+    assert saga_record.state is SagaState.COMPENSATED
+
+
+def test_compensation_that_raised_unrecorded_is_reported_failed(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An undo known to have raised is reported failed, even if its failure was not stored."""
+    bank = Bank()
+
+    def lost(*_: object, **__: object) -> bool:
+        raise StoreError("connection lost")
+
+    def cancel(key: str, value: int) -> None:
+        monkeypatch.setattr(store, "_finish", lost)  # the ledger cannot record how it ends
+        raise RuntimeError("cannot cancel")
+
+    with pytest.raises(SagaFailed) as caught, Saga("s", store) as saga:
+        saga.step(bank.act("charge"), 50, compensate=cancel)
+        raise RuntimeError("abort")
+    assert (caught.value.failed, caught.value.in_doubt) == (("s:0:charge",), ())

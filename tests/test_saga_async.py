@@ -3,10 +3,12 @@
 import asyncio
 import contextlib
 import threading
+from collections.abc import Callable, Coroutine
+from typing import Any
 
 import pytest
 
-from safeact import Saga, SagaFailed, SagaState, Store
+from safeact import KeyConflictError, Saga, SagaFailed, SagaState, Store
 from safeact._ledger import Executor
 
 
@@ -88,6 +90,30 @@ def test_exception_in_an_async_block_rolls_back(store: Store) -> None:
         asyncio.run(run())
     assert caught.value.reason == "ValueError: agent gave up"
     assert backends.log == ["charge s:0:charge", "refund s:0:charge:compensate 500"]
+
+
+def test_async_rerun_taking_another_step_conflicts_without_a_rollback(store: Store) -> None:
+    """An async re-run with another step at a recorded index raises KeyConflictError; no undo."""
+    backends = Backends()
+
+    async def hold(key: str, cents: int) -> int:
+        backends.log.append(f"hold {key}")
+        return cents
+
+    async def run(second: Callable[[str, int], Coroutine[Any, Any, int]]) -> None:
+        async with Saga("s", store) as saga:
+            await saga.step(backends.charge, 500, compensate=backends.refund)
+            await saga.step(second, 600, compensate=backends.refund)
+            raise KeyboardInterrupt  # stops the saga without a rollback
+
+    with pytest.raises(KeyboardInterrupt):
+        asyncio.run(run(backends.charge))
+    with pytest.raises(KeyConflictError, match="an earlier run took 's:1:charge'"):
+        asyncio.run(run(hold))
+    assert backends.log == ["charge s:0:charge", "charge s:1:charge"]
+    saga = store.get_saga("s")
+    assert saga is not None
+    assert saga.state is SagaState.RUNNING
 
 
 def test_async_rollback_goes_on_past_a_compensation_that_cannot_run(store: Store) -> None:

@@ -6,11 +6,13 @@ the in-process stand-in for a crash after the effect. Every test runs on both ba
 """
 
 import asyncio
+import threading
 from collections import Counter
 
 import pytest
 
 from safeact import (
+    DoubtReason,
     InDoubt,
     NotHappened,
     SafeError,
@@ -174,6 +176,30 @@ def test_step_resolved_as_not_happened_needs_no_compensation(store: Store) -> No
     assert again.value.fully_rolled_back
     assert saga_state(store) is SagaState.COMPENSATED
     assert (effects.runs[BOOK], effects.runs[f"{BOOK}:compensate"]) == (0, 0)
+
+
+def test_step_running_under_a_live_owner_aborts_as_in_flight(store: Store) -> None:
+    """A step whose key another thread is running (wait=0) aborts the saga, in doubt: in flight."""
+    started, finish = threading.Event(), threading.Event()
+
+    def book(key: str, seat: int) -> int:
+        started.set()
+        finish.wait(timeout=60)  # only the other thread's call gets here
+        return seat
+
+    booking = safe(store, name="book", wait=0)(book)
+    owner = threading.Thread(target=booking, args=("trip:0:book", 12))
+    owner.start()
+    try:
+        assert started.wait(timeout=60)
+        with pytest.raises(SagaFailed) as caught, Saga("trip", store) as saga:
+            saga.step(booking, 12)
+    finally:
+        finish.set()
+        owner.join()
+    assert isinstance(caught.value.outcome, InDoubt)
+    assert caught.value.step == "trip:0:book"
+    assert caught.value.outcome.reason is DoubtReason.IN_FLIGHT
 
 
 def interrupted_after_two_steps(store: Store, effects: Effects) -> None:
