@@ -352,3 +352,13 @@ def test_cancel_while_the_outcome_waits_to_be_recorded_still_records_it(store: S
         return await pay("k")
 
     assert asyncio.run(cancel_after_the_action()) == Succeeded("k", 42, replayed=True)
+
+
+def test_keyword_only_arguments_reach_an_async_action(store: Store) -> None:
+    """A keyword-only argument given by keyword is passed on to the coroutine."""
+
+    @safe(store)
+    async def send(key: str, *, to: str) -> str:
+        return to
+
+    assert Succeeded("k", "a", replayed=False) == asyncio.run(send("k", to="a"))

@@ -528,3 +528,13 @@ def test_a_waiter_that_finds_the_owner_finished_after_all_replays_its_outcome(
     monkeypatch.setattr(store, "get", lambda key: next(reads, None) or read(key))
     assert act("k") == Succeeded("k", 1, replayed=True)
     assert [e.why for e in store.history("k")] == [Why.CLAIMED, Why.RAN]
+
+
+def test_keyword_only_arguments_reach_the_action(store: Store) -> None:
+    """A keyword-only argument given by keyword is passed on to the action."""
+
+    @safe(store)
+    def send(key: str, *, to: str) -> str:
+        return to
+
+    assert Succeeded("k", "a", replayed=False) == send("k", to="a")

@@ -289,3 +289,30 @@ def test_a_successful_probe_closes_the_key_in_one_logged_step(store: Store) -> N
         Why.RECONCILED,
         "probe: happened (found it)",
     )
+
+
+def test_a_late_failure_keeps_its_own_error_and_no_doubt_reason(store: Store) -> None:
+    """A late FAILED completion has its own error and no doubt reason, beside an in-doubt key."""
+    store._claim("k", "act", "h", attempt_id="a", previous=None)
+    expire_leases(store)
+    released = store.resolve("k", happened=False, force=True)
+    store._claim("k", "act", "h", attempt_id="b", previous=released)
+    assert store._mark_in_doubt("k", "b", DoubtReason.LEASE_EXPIRED, detail="owner went silent")
+    finished = store._finish(
+        "k", "a", state=State.FAILED, error_type="ValueError", error_message="boom"
+    )
+    (late,) = store.late_completions("k")
+    current = store.get("k")
+    assert current is not None
+    assert (
+        finished,
+        current.state,
+        current.doubt_reason,
+    ) == (False, State.IN_DOUBT, DoubtReason.LEASE_EXPIRED)
+    assert (
+        late.attempt_id,
+        late.state,
+        late.error_type,
+        late.error_message,
+        late.doubt_reason,
+    ) == ("a", State.FAILED, "ValueError", "boom", None)

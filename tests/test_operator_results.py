@@ -376,3 +376,34 @@ def test_find_tool_says_why_it_cannot_find_a_tool(
     monkeypatch.setattr(sys, "path", list(sys.path))
     monkeypatch.delitem(sys.modules, module, raising=False)
     assert find_tool(name) == says
+
+
+def test_tool_resolve_keeps_the_operators_note_in_the_history(store: Store) -> None:
+    """tool.resolve logs the operator's note with the resolve event."""
+    charge = in_doubt(store, [])
+    charge.resolve("k", happened=True, result=5, note="checked the bank")
+    last = store.history("k")[-1]
+    assert (last.why, last.by, last.note) == (Why.RESOLVED, "operator", "checked the bank")
+
+
+def test_tool_amend_keeps_the_note_and_the_records_attempt_in_the_history(store: Store) -> None:
+    """tool.amend logs the operator's note, and the amended attempt, with the AMENDED event."""
+    charge = in_doubt(store, [])
+    charge.resolve("k", happened=True, result=5)
+    record = charge.amend("k", 6, note="fixed")
+    last = store.history("k")[-1]
+    assert (last.why, last.note, last.attempt_id) == (
+        Why.AMENDED,
+        "was 5; fixed",
+        record.attempt_id,
+    )
+
+
+def test_tool_resolve_refuses_an_attempt_that_is_not_the_keys(store: Store) -> None:
+    """tool.resolve(attempt_id=...) of another attempt than the key's is refused; nothing moves."""
+    charge = in_doubt(store, [])
+    with pytest.raises(SafeError, match="attempt not-this-one is over"):
+        charge.resolve("k", happened=True, result=5, attempt_id="not-this-one")
+    record = store.get("k")
+    assert record is not None
+    assert record.state is State.IN_DOUBT

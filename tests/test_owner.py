@@ -279,3 +279,29 @@ def test_a_live_process_in_another_pid_namespace_is_not_gone() -> None:
     finally:
         inside.communicate("", timeout=30)
     assert inside.returncode == 0
+
+
+def test_a_live_process_hidden_from_proc_is_only_asked_about_never_signalled(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Checking a live owner /proc does not show sends it signal 0 only, and it keeps running."""
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    sent: list[tuple[int, int]] = []
+    real_kill = os.kill
+
+    def spy(pid: int, signal: int) -> None:
+        sent.append((pid, signal))
+        real_kill(pid, signal)
+
+    monkeypatch.setattr(_owner, "_PROC", tmp_path)  # /proc shows no process at all
+    monkeypatch.setattr(os, "kill", spy)
+    here = Owner(host="h", boot_id="", pid=1, started=1)
+    try:
+        gone = is_gone(attrs.evolve(here, pid=child.pid, started=777), here)
+        asked = list(sent)
+        with pytest.raises(subprocess.TimeoutExpired):
+            child.wait(timeout=0.3)
+    finally:
+        child.kill()
+        child.wait()
+    assert (False, [(child.pid, 0)]) == (gone, asked)

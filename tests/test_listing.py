@@ -1,0 +1,77 @@
+"""Listing a ledger's keys: each filter of Store.records, and Store.counts."""
+
+import time
+
+from safeact import DoubtReason, Record, State, Store
+
+
+def fill(store: Store) -> None:
+    """Keys of tools "a" and "b": done, failed, then (later) attempting and in doubt."""
+    store._claim("done", "a", "h", attempt_id="1", previous=None)
+    assert store._finish("done", "1", state=State.SUCCEEDED, result=1)
+    store._claim("failed", "b", "h", attempt_id="2", previous=None)
+    assert store._finish("failed", "2", state=State.FAILED, error_type="E", error_message="x")
+    time.sleep(0.01)  # the later keys are attempted strictly after the earlier ones
+    store._claim("running", "a", "h", attempt_id="3", previous=None)
+    store._claim("doubtful", "b", "h", attempt_id="4", previous=None)
+    assert store._mark_in_doubt("doubtful", "4", DoubtReason.LEASE_EXPIRED)
+
+
+def keys(records: list[Record]) -> set[str]:
+    """The keys of these records."""
+    return {record.key for record in records}
+
+
+def test_records_without_a_filter_lists_every_key(store: Store) -> None:
+    """No filter lists all keys, oldest attempt first."""
+    fill(store)
+    assert [r.key for r in store.records()] == ["done", "failed", "running", "doubtful"]
+
+
+def test_records_of_a_state_lists_only_those_keys(store: Store) -> None:
+    """state= keeps only the keys in that state."""
+    fill(store)
+    assert ({"failed"}, {"doubtful"}) == (
+        keys(store.records(state=State.FAILED)),
+        keys(store.records(state=State.IN_DOUBT)),
+    )
+
+
+def test_records_of_a_tool_lists_only_its_keys(store: Store) -> None:
+    """tool= keeps only that tool's keys."""
+    fill(store)
+    assert ({"done", "running"}, {"failed", "doubtful"}, set()) == (
+        keys(store.records(tool="a")),
+        keys(store.records(tool="b")),
+        keys(store.records(tool="c")),
+    )
+
+
+def test_records_since_lists_only_keys_attempted_then_or_later(store: Store) -> None:
+    """since= keeps the keys attempted at or after that moment."""
+    fill(store)
+    running = store.get("running")
+    assert running is not None
+    assert {"running", "doubtful"} == keys(store.records(since=running.attempted_at))
+
+
+def test_unsettled_records_are_the_attempting_and_in_doubt_keys(store: Store) -> None:
+    """unsettled=True keeps the ATTEMPTING and IN_DOUBT keys, and combines with tool=."""
+    fill(store)
+    assert ({"running", "doubtful"}, {"doubtful"}) == (
+        keys(store.records(unsettled=True)),
+        keys(store.records(unsettled=True, tool="b")),
+    )
+
+
+def test_counts_gives_each_tools_keys_per_state(store: Store) -> None:
+    """counts() maps (tool, state) to its number of keys."""
+    fill(store)
+    store._claim("done-too", "a", "h", attempt_id="5", previous=None)
+    assert store._finish("done-too", "5", state=State.SUCCEEDED, result=2)
+    assert store.counts() == {
+        ("a", State.SUCCEEDED): 2,
+        ("a", State.ATTEMPTING): 1,
+        ("b", State.FAILED): 1,
+        ("b", State.IN_DOUBT): 1,
+    }
