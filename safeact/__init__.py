@@ -23,6 +23,7 @@ from safeact.exceptions import (
 )
 
 if TYPE_CHECKING:
+    from safeact._archive import Archived
     from safeact._keyed import (
         KeyPolicy,
         NoRunKeyError,
@@ -40,6 +41,7 @@ if TYPE_CHECKING:
     from safeact._store import Store
 
 __all__ = [
+    "Archived",
     "AsyncSafeTool",
     "CorruptRecordError",
     "DoubtReason",
@@ -90,6 +92,7 @@ _LAZY = {
     "Store": "safeact._store",
     "SqliteStore": "safeact._sqlite",
     "Purged": "safeact._retention",
+    "Archived": "safeact._archive",
     "Saga": "safeact._saga",
     "SagaFailed": "safeact._saga",
     "Happened": "safeact._reconcile",

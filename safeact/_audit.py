@@ -57,7 +57,8 @@ class Audit(Ledger):
         """Return every change of ``key``'s state, oldest first (empty for an unknown key).
 
         The history outlives a purge of the key and is never rewritten: the ledger refuses
-        updates and deletes of it.
+        updates and deletes of it, except an operator's ``archive_history``, which moves
+        the events before a cut-off to a file.
 
         Raises:
             CorruptRecordError: an event cannot be read (``scan_history`` reads the rest).
@@ -107,7 +108,7 @@ class Audit(Ledger):
         late: list[Record | CorruptRecordError] = []
         for row in rows:
             try:
-                current = self.get(row[0])
+                current = self._stored(row[0])
                 if current is not None:
                     late.append(read_late(self.location, current, row))
             except CorruptRecordError as error:

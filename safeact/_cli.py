@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import importlib.metadata
 import importlib.util
 import json
 import os
@@ -27,22 +28,37 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, NoReturn, cast
 
-import attrs
-
+from safeact._cli_json import (
+    SCHEMAS,
+    archived_json,
+    corrupt_json,
+    doubt_json,
+    event_json,
+    record_json,
+    saga_json,
+)
+from safeact._cli_text import (
+    age,
+    corrupt_count,
+    corrupt_lines,
+    corrupt_section,
+    count_row,
+    doubt_table,
+    event_line,
+    history_lines,
+    late_section,
+    ls_row,
+    printable,
+    saga_row,
+    show_lines,
+    size,
+    table,
+    when,
+)
 from safeact._codec import encode_untyped
 from safeact._history import Event
 from safeact._open import get_store, names_postgres
-from safeact._protocol import (
-    NO_RESULT,
-    UNSETTLED,
-    DoubtReason,
-    Record,
-    SagaRecord,
-    SagaState,
-    State,
-    abandonment,
-    utc_now,
-)
+from safeact._protocol import NO_RESULT, Record, SagaRecord, SagaState, State, utc_now
 from safeact._reconcile import Probe
 from safeact._schema import migrate
 from safeact._sqlite import SqliteStore
@@ -81,207 +97,6 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"safeact: error: {message} (see `{self.prog} --help`)\n")
-
-
-# Formatting: pure functions from values to text.
-
-
-def when(moment: datetime | None) -> str:
-    """A time for people: UTC, ISO 8601, whole seconds (``-`` for none)."""
-    if moment is None:
-        return "-"
-    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
-
-
-def age(elapsed: timedelta) -> str:
-    """A duration for people, in its two largest units: ``45s``, ``3m20s``, ``2d4h``."""
-    seconds = max(0, int(elapsed.total_seconds()))
-    parts: list[str] = []
-    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
-        if seconds >= size or (unit == "s" and not parts):
-            parts.append(f"{seconds // size}{unit}")
-            seconds %= size
-    return "".join(parts[:2])
-
-
-def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
-    """Align ``rows`` under ``header`` in columns two spaces apart."""
-    lines = [list(header), *(list(row) for row in rows)]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
-    return [
-        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
-        for line in lines
-    ]
-
-
-def note(record: Record, reason: DoubtReason | None) -> str:
-    """What a person should know about a key beyond its state, given why it needs a decision."""
-    if reason is not None:
-        return f"in doubt: {reason.value}"
-    if record.state is State.FAILED:
-        return f"{record.error_type}: {record.error_message}"
-    if record.state is State.ATTEMPTING:
-        return f"running: process {record.owner.pid} on {record.owner.host}"
-    return ""
-
-
-def record_json(record: Record) -> dict[str, object]:
-    """Every field of ``record`` as JSON values: ISO 8601 times, enum values, owner as object."""
-
-    def plain(_: object, __: object, value: object) -> object:
-        if isinstance(value, datetime):
-            return value.isoformat()
-        if isinstance(value, State | DoubtReason):
-            return value.value
-        return value
-
-    return attrs.asdict(record, value_serializer=plain)
-
-
-def corrupt_json(error: CorruptRecordError) -> dict[str, object]:
-    """A corrupt key as ``--json`` prints it: the key, what is wrong, and the column."""
-    return {"key": error.subject, "corrupt": error.problem, "column": error.column}
-
-
-def ls_row(found: Record | CorruptRecordError, reason: DoubtReason | None) -> list[str]:
-    """One key as ``ls`` cells: key, tool, state, attempted, finished, note (why in doubt)."""
-    if isinstance(found, CorruptRecordError):
-        return [found.subject, "?", "corrupt", "?", "?", found.problem]
-    return [
-        found.key,
-        found.tool,
-        found.state.value,
-        when(found.attempted_at),
-        when(found.finished_at),
-        note(found, reason),
-    ]
-
-
-def saga_row(found: SagaRecord | CorruptRecordError) -> list[str]:
-    """One saga as ``sagas`` cells: id, state, steps, started, updated, aborted step, reason."""
-    if isinstance(found, CorruptRecordError):
-        return [found.subject, "corrupt", "?", "?", "?", "", found.problem]
-    return [
-        found.saga_id,
-        found.state.value,
-        str(len(found.steps)),
-        when(found.started_at),
-        when(found.updated_at),
-        found.aborted_step or "",
-        found.abort_reason or "",
-    ]
-
-
-def event_line(event: Event | CorruptRecordError) -> list[str]:
-    """One history event as table cells: time, from → to, why, by whom, note."""
-    if isinstance(event, CorruptRecordError):
-        return ["?", "(corrupt event)", "?", "?", event.problem]
-    from_state = "(new)" if event.from_state is None else event.from_state.value
-    to_state = "(purged)" if event.to_state is None else event.to_state.value
-    by = (
-        f"by operator on {event.host} (pid {event.pid})"
-        if event.by == "operator"
-        else f"by process {event.pid} on {event.host}"
-    )
-    return [when(event.at), f"{from_state} → {to_state}", event.why.value, by, event.note or ""]
-
-
-def show_lines(
-    record: Record,
-    late: Sequence[Record | CorruptRecordError],
-    events: Sequence[Event | CorruptRecordError],
-) -> list[str]:
-    """Everything about one key: the record, its receipt, outcome, late completions, history."""
-    owner = record.owner
-    fields = [
-        ("key", record.key),
-        ("state", record.state.value),
-        ("tool", record.tool),
-        ("attempted at", when(record.attempted_at)),
-        ("finished at", when(record.finished_at)),
-        ("args hash", record.args_hash),
-        ("attempt id", record.attempt_id),
-        ("owner", f"process {owner.pid} on {owner.host} (boot {owner.boot_id or '?'})"),
-    ]
-    if record.state in UNSETTLED:
-        fields.append(("lease until", when(record.lease_until)))
-    if record.doubt_reason is not None:
-        fields.append(("doubt reason", record.doubt_reason.value))
-    if record.state is State.SUCCEEDED:
-        fields.append(("result", json.dumps(record.result)))
-    if record.error_type is not None:
-        fields.append(("error", f"{record.error_type}: {record.error_message}"))
-    lines = field_lines(fields)
-    if late:
-        lines += [
-            "",
-            (
-                "late completions (an attempt finished after the key had moved on: closed by "
-                "an operator or a probe, or released and run again; the key's row is unchanged):"
-            ),
-        ]
-        lines += [f"  {late_line(done)}" for done in late]
-    return [*lines, "", "history:", *history_lines(events)]
-
-
-def field_lines(fields: Sequence[tuple[str, str]]) -> list[str]:
-    """Named values, one per line, the values aligned two spaces after the longest name."""
-    width = max(len(name) for name, _ in fields) + 2
-    return [f"{name.ljust(width)}{value}" for name, value in fields]
-
-
-def late_line(done: Record | CorruptRecordError) -> str:
-    """A late completion: its attempt, outcome and when; or, corrupt, what is wrong."""
-    if isinstance(done, CorruptRecordError):
-        return f"(corrupt) {done.problem}"
-    outcome = (
-        f"result {json.dumps(done.result)}"
-        if done.state is State.SUCCEEDED
-        else f"error {done.error_type}: {done.error_message}"
-    )
-    return f"attempt {done.attempt_id}: {done.state.value} at {when(done.finished_at)}, {outcome}"
-
-
-def corrupt_lines(
-    error: CorruptRecordError, events: Sequence[Event | CorruptRecordError]
-) -> list[str]:
-    """A key whose row cannot be read: what is wrong and what to do, then its history."""
-    fields = [("key", error.subject), ("corrupt", error.problem), ("what to do", error.fix)]
-    return [*field_lines(fields), "", "history:", *history_lines(events)]
-
-
-def history_lines(events: Sequence[Event | CorruptRecordError]) -> list[str]:
-    """A key's or a saga's history, one indented line per event."""
-    if not events:
-        return ["  (none: settled before the ledger kept histories)"]
-    return [
-        "  " + line
-        for line in table(["TIME", "CHANGE", "WHY", "BY", "NOTE"], map(event_line, events))[1:]
-    ]
-
-
-def corrupt_count(keys: int, sagas: int) -> list[str]:
-    """``stats``'s line on corrupt rows, which its counts leave out (nothing if none)."""
-    if not keys and not sagas:
-        return []
-    line = (
-        f"corrupt: {keys} key(s) and {sagas} saga(s), not counted above "
-        "(changed outside safeact; see safeact ls and safeact sagas)"
-    )
-    return [line]
-
-
-def count_row(name: str, counts: Mapping[State, int]) -> list[str]:
-    """A row of the stats table: how many keys ``name`` has in each state, and in all."""
-    return [name, *(str(counts.get(s, 0)) for s in State), str(sum(counts.values()))]
-
-
-def size(ledger: Path) -> tuple[int, str]:
-    """Bytes on disk of the ledger with its -wal and -shm files, and which files they are."""
-    parts = [ledger, ledger.with_name(f"{ledger.name}-wal"), ledger.with_name(f"{ledger.name}-shm")]
-    present = {part: part.stat().st_size for part in parts if part.exists()}
-    detail = ", ".join(f"{part.name} {n:,}" for part, n in present.items())
-    return sum(present.values()), detail
 
 
 # Parsing values.
@@ -388,78 +203,58 @@ def cmd_ls(options: argparse.Namespace, store: Store) -> int:
     state = None if options.state is None else State(options.state)
     found = store.scan_records(state=state, tool=options.tool, since=options.since)
     if options.json:
-        _print(
-            json.dumps(record_json(r) if isinstance(r, Record) else corrupt_json(r)) for r in found
-        )
+        _print_json(record_json(r) if isinstance(r, Record) else corrupt_json(r) for r in found)
     else:
-        now = utc_now()
-        rows = [
-            ls_row(
-                r,
-                None
-                if isinstance(r, CorruptRecordError)
-                else abandonment(r, now=now, owner_gone=store._owner_gone),
-            )
-            for r in found
-        ]
-        _print(table(["KEY", "TOOL", "STATE", "ATTEMPTED", "FINISHED", "NOTE"], rows))
+        header = ["KEY", "TOOL", "STATE", "ATTEMPTED", "FINISHED", "NOTE"]
+        _print(table(header, map(ls_row, found)))
     report_corrupt(store, found)
     return 0
 
 
 def cmd_show(options: argparse.Namespace, store: Store) -> int:
+    events = store.scan_history(options.key)
     try:
         record = store.get(options.key)
     except CorruptRecordError as error:
-        events = store.scan_history(options.key)
-        _print(corrupt_lines(error, events))
+        if options.json:
+            _print_json([show_json(options.key, error, None, [], events)])
+        else:
+            _print(corrupt_lines(error, events))
         report_corrupt(store, [error, *events])
         return 1
-    events = store.scan_history(options.key)
-    if record is None:
-        if not events:
-            raise _UsageError(f"{store.location}: no key {options.key!r}")
+    if record is None and not events:
+        raise _UsageError(f"{store.location}: no key {options.key!r}")
+    late = [] if record is None else store.scan_late_completions(options.key)
+    recorded = store._stored(options.key)  # noqa: SLF001 - the operator's seat shows the row too
+    if options.json:
+        _print_json([show_json(options.key, record, recorded, late, events)])
+    elif record is None or recorded is None:
         _print([f"key {options.key!r} is not in the ledger any more", "", "history:"])
         _print(history_lines(events))
-        report_corrupt(store, events)
-        return 0
-    late = store.scan_late_completions(options.key)
-    _print(show_lines(record, late, events))
+    else:
+        _print(show_lines(record, recorded.state, late, events))
     report_corrupt(store, [*late, *events])
     return 0
 
 
-def in_doubt(store: Store) -> list[tuple[Record, DoubtReason, timedelta]]:
-    """The keys that need a decision, oldest first, with why and for how long."""
-    return doubts_among(store, store.list_in_doubt())
-
-
-def doubts_among(
-    store: Store, records: Iterable[Record]
-) -> list[tuple[Record, DoubtReason, timedelta]]:
-    """Those of ``records`` that need a decision, in their order, with why and for how long."""
-    now = utc_now()
-    return [
-        (r, reason, now - r.attempted_at)
-        for r in records
-        if (
-            reason := abandonment(
-                r, now=now, owner_gone=store._owner_gone, owner_lost=store._owner_lost
-            )
-        )
-        is not None
-    ]
-
-
-def doubt_table(doubts: Sequence[tuple[Record, DoubtReason, timedelta]]) -> list[str]:
-    """A table of keys that need a decision, with why and for how long."""
-    return table(
-        ["KEY", "TOOL", "STATE", "ATTEMPTED", "AGE", "REASON"],
-        [
-            [r.key, r.tool, r.state.value, when(r.attempted_at), age(elapsed), reason.value]
-            for r, reason, elapsed in doubts
+def show_json(
+    key: str,
+    record: Record | CorruptRecordError | None,
+    recorded: Record | None,
+    late: Sequence[Record | CorruptRecordError],
+    events: Sequence[Event | CorruptRecordError],
+) -> dict[str, object]:
+    """``show --json``: the key as read, the state its row holds, late completions, history."""
+    return {
+        "key": key,
+        "record": record_json(record) if isinstance(record, Record) else None,
+        "recorded_state": None if recorded is None else recorded.state.value,
+        "corrupt": corrupt_json(record) if isinstance(record, CorruptRecordError) else None,
+        "late_completions": [
+            record_json(d) if isinstance(d, Record) else corrupt_json(d) for d in late
         ],
-    )
+        "history": [event_json(e) if isinstance(e, Event) else corrupt_json(e) for e in events],
+    }
 
 
 def cmd_doubt(options: argparse.Namespace, store: Store) -> int:
@@ -467,17 +262,13 @@ def cmd_doubt(options: argparse.Namespace, store: Store) -> int:
     # attention (its next call raises), and an unreadable state may hide an unsettled key.
     found = store.scan_records()
     corrupt = [r for r in found if isinstance(r, CorruptRecordError)]
-    doubts = doubts_among(store, [r for r in found if isinstance(r, Record)])
+    doubts = [r for r in found if isinstance(r, Record) and r.state is State.IN_DOUBT]
+    now = utc_now()
     if options.json:
-        _print(
-            json.dumps(
-                {**record_json(r), "reason": reason.value, "age_seconds": elapsed.total_seconds()}
-            )
-            for r, reason, elapsed in doubts
-        )
-        _print(json.dumps(corrupt_json(error)) for error in corrupt)
+        _print_json(doubt_json(r, now) for r in doubts)
+        _print_json(corrupt_json(error) for error in corrupt)
     elif doubts:
-        _print(doubt_table(doubts))
+        _print(doubt_table(doubts, now))
         _print(
             [
                 "",
@@ -497,42 +288,9 @@ def cmd_doubt(options: argparse.Namespace, store: Store) -> int:
         if not (isinstance(done, CorruptRecordError) and done.table == "calls")
     ]
     if not options.json:
-        _print(corrupt_section(store, corrupt))
-        _print(late_section(store, late))
+        _print(corrupt_section(store.location, corrupt))
+        _print(late_section(store.location, late))
     return 1 if report_corrupt(store, [*corrupt, *late]) or doubts else 0
-
-
-def corrupt_section(store: Store, corrupt: Sequence[CorruptRecordError]) -> list[str]:
-    """``doubt``'s list of corrupt keys, with what is wrong with each (nothing if none)."""
-    if not corrupt:
-        return []
-    return [
-        "",
-        (
-            f"{len(corrupt)} corrupt key(s), changed outside safeact: nothing runs under them "
-            f"until they are mended; see safeact show {store.location} KEY"
-        ),
-        *(f"  {error.subject}  {error.problem}" for error in corrupt),
-    ]
-
-
-def late_section(store: Store, late: Sequence[Record | CorruptRecordError]) -> list[str]:
-    """``doubt``'s list of late completions (nothing if none)."""
-    if not late:
-        return []
-    return [
-        "",
-        (
-            f"{len(late)} late completion(s): an owner finished after its key had "
-            f"moved on; see safeact show {store.location} KEY"
-        ),
-        *(
-            f"  {done.subject}  (corrupt) {done.problem}"
-            if isinstance(done, CorruptRecordError)
-            else f"  {done.key}  attempt {done.attempt_id}  {done.state.value}"
-            for done in late
-        ),
-    ]
 
 
 def cmd_resolve(options: argparse.Namespace, store: Store) -> int:
@@ -560,8 +318,11 @@ def cmd_resolve(options: argparse.Namespace, store: Store) -> int:
         )
     except (ValueError, TypeError) as exc:
         raise _UsageError(str(exc)) from None
-    was = "?" if before is None else before.state.value
-    _print([f"{after.key}: {was} → {after.state.value}"])
+    if options.json:
+        _print_json([transition_json(before, after)])
+    else:
+        was = "?" if before is None else before.state.value
+        _print([f"{after.key}: {was} → {after.state.value}"])
     return 0
 
 
@@ -577,8 +338,21 @@ def cmd_amend(options: argparse.Namespace, store: Store) -> int:
         )
     except (ValueError, TypeError) as exc:
         raise _UsageError(str(exc)) from None
-    _print([f"{after.key}: result amended to {json.dumps(after.result)}"])
+    if options.json:
+        _print_json([{"key": after.key, "result": after.result, "record": record_json(after)}])
+    else:
+        _print([f"{after.key}: result amended to {json.dumps(after.result)}"])
     return 0
+
+
+def transition_json(before: Record | None, after: Record) -> dict[str, object]:
+    """``resolve --json``: the key's state before (as read) and after, and its record."""
+    return {
+        "key": after.key,
+        "from_state": None if before is None else before.state.value,
+        "to_state": after.state.value,
+        "record": record_json(after),
+    }
 
 
 def _result_check(store: Store, key: str) -> tuple[Callable[[object], JSON] | None, str | None]:
@@ -628,8 +402,11 @@ def find_tool(name: str) -> _Guard[object] | str:
 def cmd_sagas(options: argparse.Namespace, store: Store) -> int:
     state = None if options.state is None else SagaState(options.state)
     found = store.scan_sagas(state)
-    header = ["SAGA", "STATE", "STEPS", "STARTED", "UPDATED", "ABORTED STEP", "REASON"]
-    _print(table(header, map(saga_row, found)))
+    if options.json:
+        _print_json(saga_json(s) if isinstance(s, SagaRecord) else corrupt_json(s) for s in found)
+    else:
+        header = ["SAGA", "STATE", "STEPS", "STARTED", "UPDATED", "ABORTED STEP", "REASON"]
+        _print(table(header, map(saga_row, found)))
     report_corrupt(store, found)
     return 0
 
@@ -639,6 +416,19 @@ def cmd_purge(options: argparse.Namespace, store: Store) -> int:
         purged = store.purge(options.older_than, states=options.state, dry_run=options.dry_run)
     except ValueError as exc:
         raise _UsageError(str(exc)) from None
+    if options.json:
+        _print_json(
+            [
+                {
+                    "dry_run": options.dry_run,
+                    "older_than": options.older_than.isoformat(),
+                    "states": [s.value for s in options.state],
+                    "keys": list(purged.keys),
+                    "sagas": list(purged.sagas),
+                }
+            ]
+        )
+        return 0
     verb = "would remove" if options.dry_run else "removed"
     keys, sagas = len(purged.keys), len(purged.sagas)
     _print(
@@ -652,7 +442,7 @@ def cmd_purge(options: argparse.Namespace, store: Store) -> int:
     return 0
 
 
-def cmd_stats(_: argparse.Namespace, store: Store) -> int:
+def cmd_stats(options: argparse.Namespace, store: Store) -> int:
     # Every row is read (not counted in SQL) so that corrupt rows are found, and counted apart.
     found = store.scan_records()
     records = [r for r in found if isinstance(r, Record)]
@@ -660,38 +450,73 @@ def cmd_stats(_: argparse.Namespace, store: Store) -> int:
     for record in records:
         per_tool.setdefault(record.tool, Counter())[record.state] += 1
     everything = sum(per_tool.values(), Counter[State]())
-    rows = [count_row(tool, n) for tool, n in sorted(per_tool.items())]
-    rows.append(count_row("(all tools)", everything))
-    _print(table(["TOOL", *(s.value.upper() for s in State), "TOTAL"], rows))
     sagas_found = store.scan_sagas()
     sagas = Counter(s.state.value for s in sagas_found if isinstance(s, SagaRecord))
-    doubt = [r for r, _, _ in doubts_among(store, records)]
-    on_disk = (
-        "size on disk: {:,} bytes ({})".format(*size(store.path))
-        if isinstance(store, SqliteStore)
-        else f"size: on the server ({store.location})"
-    )
-    _print(
-        [
-            "",
-            "sagas: " + (", ".join(f"{n} {state}" for state, n in sorted(sagas.items())) or "none"),
-            "oldest in doubt: "
-            + (
-                f"{doubt[0].key}, attempted {age(utc_now() - doubt[0].attempted_at)} ago"
-                if doubt
-                else "none"
-            ),
-            *corrupt_count(len(found) - len(records), len(sagas_found) - sum(sagas.values())),
-            on_disk,
-        ]
-    )
+    doubts = [r for r in records if r.state is State.IN_DOUBT]
+    corrupt = {"keys": len(found) - len(records), "sagas": len(sagas_found) - sum(sagas.values())}
+    on_disk = size(store.path) if isinstance(store, SqliteStore) else None
+    now = utc_now()
+    if options.json:
+        oldest = None if not doubts else doubt_json(doubts[0], now)
+        _print_json(
+            [
+                {
+                    "tools": {tool: counts_json(n) for tool, n in sorted(per_tool.items())},
+                    "all": counts_json(everything),
+                    "sagas": dict(sorted(sagas.items())),
+                    "oldest_in_doubt": None
+                    if oldest is None
+                    else {k: oldest[k] for k in ("key", "attempted_at", "age_seconds")},
+                    "corrupt": corrupt,
+                    "size_bytes": None if on_disk is None else on_disk[0],
+                }
+            ]
+        )
+    else:
+        rows = [count_row(tool, n) for tool, n in sorted(per_tool.items())]
+        rows.append(count_row("(all tools)", everything))
+        _print(table(["TOOL", *(s.value.upper() for s in State), "TOTAL"], rows))
+        _print(
+            [
+                "",
+                "sagas: "
+                + (", ".join(f"{n} {state}" for state, n in sorted(sagas.items())) or "none"),
+                "oldest in doubt: "
+                + (
+                    f"{doubts[0].key}, attempted {age(now - doubts[0].attempted_at)} ago"
+                    if doubts
+                    else "none"
+                ),
+                *corrupt_count(corrupt["keys"], corrupt["sagas"]),
+                f"size: on the server ({store.location})"
+                if on_disk is None
+                else "size on disk: {:,} bytes ({})".format(*on_disk),
+            ]
+        )
     report_corrupt(store, [*found, *sagas_found])
     return 0
+
+
+def counts_json(counts: Mapping[State, int]) -> dict[str, int]:
+    """How many keys are in each state (every state, zeros too), and in all."""
+    return {**{s.value: counts.get(s, 0) for s in State}, "total": sum(counts.values())}
 
 
 def cmd_reconcile(options: argparse.Namespace, store: Store) -> int:
     probes = {} if options.probes is None else load_probes(options.probes)
     events = store.reconcile(probes)
+    left = store.list_in_doubt()
+    now = utc_now()
+    if options.json:
+        _print_json(
+            [
+                {
+                    "events": [event_json(e) for e in events],
+                    "in_doubt": [doubt_json(r, now) for r in left],
+                }
+            ]
+        )
+        return 1 if left else 0
     rows = [[e.subject, *event_line(e)[1:3], e.note or ""] for e in events]
     if rows:
         _print(table(["KEY", "CHANGE", "WHY", "NOTE"], rows))
@@ -699,37 +524,91 @@ def cmd_reconcile(options: argparse.Namespace, store: Store) -> int:
         _print(["no probe answered: no in-doubt key has a probe for its tool"])
     else:
         _print(["no probes given: abandoned keys marked, proof of this host's dead owners kept"])
-    left = in_doubt(store)
     if not left:
         _print(["", "nothing left in doubt"])
         return 0
-    unprobed = sum(1 for r, _, _ in left if r.tool not in probes)
+    unprobed = sum(1 for r in left if r.tool not in probes)
     _print(["", f"still in doubt: {len(left)} ({unprobed} with no probe for their tool)"])
-    _print(doubt_table(left))
+    _print(doubt_table(left, now))
     return 1
 
 
+def cmd_archive(options: argparse.Namespace, store: Store) -> int:
+    try:
+        archived = store.archive_history(options.to, before=options.before, batch=options.batch)
+    except (ValueError, TypeError) as exc:
+        raise _UsageError(str(exc)) from None
+    except OSError as exc:
+        raise _UsageError(f"{options.to}: {exc.strerror or exc}") from None
+    if options.json:
+        _print_json(
+            [
+                {
+                    "before": options.before.isoformat(),
+                    "file": str(options.to),
+                    **archived_json(archived),
+                }
+            ]
+        )
+        return 0
+    corrupt = f" ({archived.corrupt} corrupt)" if archived.corrupt else ""
+    events = f"{archived.events:,} event{'s' * (archived.events != 1)}{corrupt}"
+    _print([f"archived {events} recorded before {when(options.before)} to {options.to}"])
+    kept = [f"  key   {key}" for key in archived.kept_keys]
+    kept += [f"  saga  {saga}" for saga in archived.kept_sagas]
+    if kept:
+        _print(["kept the history of unsettled keys and unfinished sagas:", *kept])
+    return 0
+
+
+def cmd_export(options: argparse.Namespace, store: Store) -> int:
+    try:
+        archived = store.export_history(sys.stdout, before=options.before)
+    except (ValueError, TypeError) as exc:
+        raise _UsageError(str(exc)) from None
+    sys.stderr.write(
+        f"safeact: exported {archived.events:,} event{'s' * (archived.events != 1)} recorded "
+        f"before {when(options.before)}; nothing was dropped\n"
+    )
+    return 0
+
+
 def cmd_migrate(options: argparse.Namespace) -> int:
+    backup: Path | None = None
     if names_postgres(options.ledger):
-        from safeact._postgres import migrate_postgres  # noqa: PLC0415 - an optional extra
+        from safeact._postgres import (  # noqa: PLC0415 - an optional extra
+            _without_password,
+            migrate_postgres,
+        )
 
         old, new = migrate_postgres(options.ledger)
-        if old == new:
-            _print([f"{options.ledger} is already at schema {new}"])
-        else:
-            done = "created schema" if old == 0 else f"migrated from schema {old} to"
-            _print([f"{done} {new} in {options.ledger}"])
-        return 0
-    ledger = Path(options.ledger)
-    backups = f"{ledger.name}.v*.bak*"
-    before = set(ledger.parent.glob(backups))
-    old, new = migrate(ledger)
-    if old == new:
-        _print([f"{ledger} is already at schema {new}"])
-        return 0
-    kept = sorted(set(ledger.parent.glob(backups)) - before)
-    copy = f" (old file kept as {kept[0]})" if len(kept) == 1 else ""
-    _print([f"migrated {ledger} from schema {old} to {new}{copy}"])
+        shown = _without_password(options.ledger)
+    else:
+        ledger = Path(options.ledger)
+        backups = f"{ledger.name}.v*.bak*"
+        before = set(ledger.parent.glob(backups))
+        old, new = migrate(ledger)
+        kept = sorted(set(ledger.parent.glob(backups)) - before)
+        backup = kept[0] if len(kept) == 1 else None
+        shown = str(ledger)
+    if options.json:
+        _print_json(
+            [
+                {
+                    "ledger": shown,
+                    "from_schema": old,
+                    "to_schema": new,
+                    "backup": None if backup is None else str(backup),
+                }
+            ]
+        )
+    elif old == new:
+        _print([f"{shown} is already at schema {new}"])
+    elif old == 0:
+        _print([f"created schema {new} in {shown}"])
+    else:
+        copy = "" if backup is None else f" (old file kept as {backup})"
+        _print([f"migrated {shown} from schema {old} to {new}{copy}"])
     return 0
 
 
@@ -737,7 +616,14 @@ def cmd_migrate(options: argparse.Namespace) -> int:
 
 
 def _print(lines: Iterable[str]) -> None:
-    sys.stdout.write("".join(f"{line}\n" for line in lines))
+    # Every line is made printable here as well as in tables: a key, a note or an error
+    # message can reach a line outside a table, and must not reach the terminal raw.
+    sys.stdout.write("".join(f"{printable(line)}\n" for line in lines))
+
+
+def _print_json(objects: Iterable[dict[str, object]]) -> None:
+    # ensure_ascii (the default) escapes every control character: a JSON line is one line.
+    sys.stdout.write("".join(f"{json.dumps(found)}\n" for found in objects))
 
 
 def report_corrupt(store: Store, found: Iterable[object]) -> int:
@@ -763,17 +649,30 @@ def parser() -> _Parser:
             f"\n\n{_EXIT_STATUS}"
         ),
     )
-    commands = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    top.add_argument(
+        "--version",
+        action="version",
+        version=f"safeact {importlib.metadata.version('safeact')}",
+        help="say which safeact",
+    )
+    commands = top.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", help="see safeact COMMAND --help"
+    )
 
     def command(name: str, summary: str, *examples: str) -> _Parser:
         sub = commands.add_parser(
             name,
             help=summary,
             description=summary,
-            epilog="example:\n" + "\n".join(f"  {example}" for example in examples),
+            epilog="example:\n"
+            + "\n".join(f"  {example}" for example in examples)
+            + f"\n\n--json prints {SCHEMAS[name]}",
             formatter_class=argparse.RawDescriptionHelpFormatter,
         )
         sub.add_argument("ledger", metavar="LEDGER", help="the ledger file, or a postgresql:// URL")
+        sub.add_argument(
+            "--json", action="store_true", help="print JSON for scripts (its shape is below)"
+        )
         return sub
 
     ls = command(
@@ -782,12 +681,14 @@ def parser() -> _Parser:
         "safeact ls agent.db --state failed --since 2h",
         "safeact ls agent.db --json | jq -r 'select(.tool == \"demo.send_refund\") | .key'",
     )
-    ls.add_argument("--state", choices=[s.value for s in State])
+    ls.add_argument(
+        "--state",
+        choices=[s.value for s in State],
+        help="only keys in this state; in_doubt includes attempts whose owner is gone, "
+        "out of lease or out of session, marked or not",
+    )
     ls.add_argument("--tool", help="only this tool's keys")
     ls.add_argument("--since", type=moment, metavar="WHEN", help=f"attempted since: {_WHEN}")
-    ls.add_argument(
-        "--json", action="store_true", help=f"one JSON object per key (corrupt: {_CORRUPT_JSON})"
-    )
 
     show = command(
         "show",
@@ -795,16 +696,13 @@ def parser() -> _Parser:
         "is corrupt (what is wrong and what to do are shown).",
         "safeact show agent.db refund-1002",
     )
-    show.add_argument("key", metavar="KEY")
+    show.add_argument("key", metavar="KEY", help="the key, exactly as the tool was called with it")
 
-    doubt = command(
+    command(
         "doubt",
         "List the keys that need a decision (in doubt, or corrupt), oldest first; exit 1 if "
         "there are any.",
         "safeact doubt agent.db || notify-ops 'safeact: keys in doubt'",
-    )
-    doubt.add_argument(
-        "--json", action="store_true", help=f"one JSON object per key (corrupt: {_CORRUPT_JSON})"
     )
 
     resolve = command(
@@ -819,7 +717,7 @@ def parser() -> _Parser:
         "(it was interrupted, or its process is gone on its host); otherwise add --force, "
         "after checking that process yourself."
     )
-    resolve.add_argument("key", metavar="KEY")
+    resolve.add_argument("key", metavar="KEY", help="the key in doubt")
     decision = resolve.add_mutually_exclusive_group(required=True)
     decision.add_argument("--happened", action="store_true", help="it ran: record it SUCCEEDED")
     decision.add_argument(
@@ -857,7 +755,7 @@ def parser() -> _Parser:
         "returned is never amended. The result is checked against the tool's return type "
         "when the tool's module imports here."
     )
-    amend.add_argument("key", metavar="KEY")
+    amend.add_argument("key", metavar="KEY", help="the key whose recorded result is wrong")
     amend.add_argument(
         "--result", type=json_value, required=True, metavar="JSON", help="the correct result"
     )
@@ -868,7 +766,9 @@ def parser() -> _Parser:
         "List the sagas, stuck rollbacks (compensating) first; a corrupt one as corrupt.",
         "safeact sagas agent.db --state rollback_incomplete",
     )
-    sagas.add_argument("--state", choices=[s.value for s in SagaState])
+    sagas.add_argument(
+        "--state", choices=[s.value for s in SagaState], help="only sagas in this state"
+    )
 
     purge = command(
         "purge",
@@ -908,6 +808,41 @@ def parser() -> _Parser:
         help="a dict of tool names to probes, in an importable module or a .py file",
     )
 
+    archive = command(
+        "archive",
+        "Move the history recorded before a cut-off to a file of JSON lines, then drop it "
+        "from the ledger; the history of unsettled keys and unfinished sagas stays.",
+        "safeact archive agent.db --before 90d --to history-2026-q3.jsonl",
+    )
+    archive.epilog = (
+        f"{archive.epilog}\n\nEach batch is synced to the file before it leaves the ledger; "
+        "after a crash, run it again (a batch may then be in the file twice: the same lines, "
+        "the same seq). On PostgreSQL, run it as the role that owns the schema."
+    )
+    archive.add_argument(
+        "--before", type=moment, required=True, metavar="WHEN", help=f"recorded before: {_WHEN}"
+    )
+    archive.add_argument(
+        "--to", type=Path, required=True, metavar="FILE", help="the file to append to"
+    )
+    archive.add_argument(
+        "--batch",
+        type=int,
+        default=1000,
+        metavar="N",
+        help="events per transaction (default 1000, at most 10000)",
+    )
+
+    export = command(
+        "export",
+        "Print the history recorded before a cut-off as JSON lines (what archive would "
+        "move); drop nothing.",
+        "safeact export agent.db --before 90d > preview.jsonl",
+    )
+    export.add_argument(
+        "--before", type=moment, required=True, metavar="WHEN", help=f"recorded before: {_WHEN}"
+    )
+
     command(
         "migrate",
         "Upgrade a ledger to this safeact's schema, keeping a copy of the old file.",
@@ -926,6 +861,8 @@ _RUN: dict[str, Callable[[argparse.Namespace, Store], int]] = {
     "purge": cmd_purge,
     "stats": cmd_stats,
     "reconcile": cmd_reconcile,
+    "archive": cmd_archive,
+    "export": cmd_export,
 }
 
 

@@ -18,7 +18,10 @@ would pass off as durable a commit that was written before the failure and lost 
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Callable
+
+import safeact._telemetry as telemetry
 
 __all__ = ["GroupCommit"]
 
@@ -75,6 +78,7 @@ class GroupCommit:
                 while self._synced == self._committed:
                     self._done.wait()
                 last = self._committed
+            started = time.perf_counter()
             try:
                 self._fsync()
             except Exception as failure:  # noqa: BLE001 - every waiter gets it, and the next ones
@@ -82,6 +86,7 @@ class GroupCommit:
                     self._failure = failure
                     self._done.notify_all()
                 return
+            telemetry.fsynced(time.perf_counter() - started)
             with self._done:
                 self._synced = last
                 self._done.notify_all()

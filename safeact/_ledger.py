@@ -19,7 +19,15 @@ from typing import Any, ClassVar, Protocol
 
 from safeact._history import Event, Why
 from safeact._owner import Owner, is_gone, this_process
-from safeact._protocol import DoubtReason, Record, SagaState, State, abandonment, utc_now
+from safeact._protocol import (
+    DoubtReason,
+    Record,
+    SagaState,
+    State,
+    abandonment,
+    as_seen,
+    utc_now,
+)
 from safeact._rows import read_record
 from safeact.exceptions import SafeError
 
@@ -102,11 +110,20 @@ class Ledger:
     def get(self, key: str) -> Record | None:
         """Return the record of ``key``, or ``None`` if it was never claimed.
 
+        An attempt whose owner is gone, out of lease or out of session reads as IN_DOUBT,
+        with its reason, even before a caller has marked it so (``as_seen``): the same
+        answer as every listing and count.
+
         Raises:
             CorruptRecordError: the key's row holds what safeact never writes (it was changed
                 outside safeact); nothing may run under the key until it is mended.
 
         """
+        record = self._stored(key)
+        return None if record is None else self._seen(record, utc_now())
+
+    def _stored(self, key: str) -> Record | None:
+        """The row of ``key`` as written, for the protocol's decisions (``get`` is the view)."""
         rows = self._read(f"SELECT {COLUMNS} FROM calls WHERE key = ?", (key,))  # noqa: S608 - constant columns
         return read_record(self.location, rows[0]) if rows else None
 
@@ -132,9 +149,13 @@ class Ledger:
             record, now=now, owner_gone=self._owner_gone, owner_lost=self._owner_lost
         )
 
+    def _seen(self, record: Record, now: datetime) -> Record:
+        """``record`` as readers report it now (``as_seen``)."""
+        return as_seen(record, self._abandonment(record, now))
+
     def _now(self, key: str) -> Record:
         """``key``'s record just after a decision wrote it."""
-        record = self.get(key)
+        record = self._stored(key)
         if record is None:  # pragma: no cover - keys are only removed by purge, never unsettled
             raise SafeError(f"key {key!r} vanished")
         return record

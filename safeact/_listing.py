@@ -2,42 +2,39 @@
 
 What counts as "in doubt" here is ``_protocol.abandonment``'s answer, the one the call itself
 acts on: IN_DOUBT, or ATTEMPTING under an owner that is gone, out of lease or out of session.
+Every read reports such a key as IN_DOUBT with its reason (``_protocol.as_seen``), marked in
+the ledger or not, so listings, filters and counts agree with ``get`` and with the call.
 """
 
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from typing import TYPE_CHECKING
 
 from safeact._ledger import COLUMNS, Ledger
-from safeact._protocol import Record, State, utc_now
+from safeact._protocol import UNSETTLED, Record, State, utc_now
 from safeact._rows import Reading, each, member, read_record, readable, text_of, time_text
 from safeact._tables import UNSETTLED_SQL
+from safeact.exceptions import CorruptRecordError
 
 if TYPE_CHECKING:
     from datetime import datetime
-
-    from safeact.exceptions import CorruptRecordError
 
 __all__ = ["Listing"]
 
 
 class Listing(Ledger):
-    """Keys listed, filtered and counted."""
+    """Keys listed, filtered and counted, each as ``get`` reads it (``as_seen``)."""
 
     def list_in_doubt(self) -> list[Record]:
-        """Return every key that needs a decision, oldest first.
+        """Return every key that needs a decision, oldest first, each as IN_DOUBT with why.
 
         That is every IN_DOUBT key, and every ATTEMPTING key whose owner is provably gone,
         whose lease ran out or whose liveness session was lost. Keys whose owner is alive and
         running are not listed.
         """
-        now = utc_now()
-        return [
-            record
-            for record in self.records(unsettled=True)
-            if self._abandonment(record, now) is not None
-        ]
+        return self.records(state=State.IN_DOUBT)
 
     def records(
         self,
@@ -50,7 +47,8 @@ class Listing(Ledger):
         """Return the keys, oldest attempt first.
 
         Only those in ``state``, of ``tool``, attempted at or after ``since``, or (with
-        ``unsettled``) ATTEMPTING or IN_DOUBT, when given.
+        ``unsettled``) ATTEMPTING or IN_DOUBT, when given. A key's state is the one ``get``
+        reads: an abandoned attempt is IN_DOUBT, marked or not.
 
         Raises:
             CorruptRecordError: a key's row cannot be read (``scan_records`` reads the rest).
@@ -71,23 +69,30 @@ class Listing(Ledger):
         For listings that must show every key: a row changed outside safeact is reported,
         and does not hide the others.
         """
+        # An unsettled state is filtered after reading: which of the two a row reads as
+        # depends on its owner, which SQL cannot see.
+        stored = None if state is None or state in UNSETTLED else state.value
         where = [
             "coalesce(?, state) = state",
             "coalesce(?, tool) = tool",
             "attempted_at >= coalesce(?, attempted_at)",
         ]
-        if unsettled:
+        if unsettled or state in UNSETTLED:
             where.append(f"state IN ({UNSETTLED_SQL})")
-        params = (None if state is None else state.value, tool, time_text(since))
         rows = self._read(
             f"SELECT {COLUMNS} FROM calls WHERE {' AND '.join(where)} "  # noqa: S608 - constants
             "ORDER BY attempted_at, key",
-            params,
+            (stored, tool, time_text(since)),
         )
-        return each(rows, functools.partial(read_record, self.location))
+        now = utc_now()
+        return [
+            found
+            for found in each(rows, functools.partial(self._read_seen, now))
+            if state is None or isinstance(found, CorruptRecordError) or found.state is state
+        ]
 
     def counts(self) -> dict[tuple[str, State], int]:
-        """Return how many keys each tool has in each state.
+        """Return how many keys each tool has in each state, as ``get`` reads them.
 
         Raises:
             CorruptRecordError: a key's tool or state is not one safeact writes (one such key
@@ -95,10 +100,26 @@ class Listing(Ledger):
 
         """
         rows = self._read(
-            "SELECT tool, state, count(*), min(key) FROM calls GROUP BY tool, state", ()
+            "SELECT tool, state, count(*), min(key) FROM calls "  # noqa: S608 - constants
+            f"WHERE state NOT IN ({UNSETTLED_SQL}) GROUP BY tool, state",
+            (),
         )
-        counted: dict[tuple[str, State], int] = {}
+        counted: Counter[tuple[str, State]] = Counter()
         for tool, state, count, key in rows:
             with Reading(self.location, "calls", key):
                 counted[text_of("tool", tool), member("state", state, State)] = int(count)
-        return counted
+        for record in self.records(unsettled=True):
+            counted[record.tool, record.state] += 1
+        return dict(counted)
+
+    def _unsettled(self) -> list[Record]:
+        """The ATTEMPTING and IN_DOUBT rows as written, oldest first, for the protocol."""
+        rows = self._read(
+            f"SELECT {COLUMNS} FROM calls WHERE state IN ({UNSETTLED_SQL}) "  # noqa: S608 - constants
+            "ORDER BY attempted_at, key",
+            (),
+        )
+        return readable(each(rows, functools.partial(read_record, self.location)))
+
+    def _read_seen(self, now: datetime, row: tuple[object, ...]) -> Record:
+        return self._seen(read_record(self.location, row), now)

@@ -17,7 +17,7 @@ import threading
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 import psycopg
-from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from psycopg.conninfo import conninfo_to_dict, make_conninfo, timeout_from_conninfo
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
@@ -32,13 +32,17 @@ from safeact.exceptions import StoreError
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
-__all__ = ["PostgresStore", "migrate_postgres"]
+    from safeact._ledger import Executor
+
+__all__ = ["CONNECT_TIMEOUT", "PostgresStore", "migrate_postgres"]
 
 T = TypeVar("T")
 
 logger = logging.getLogger("safeact")
 
 APPLICATION = "safeact"
+CONNECT_TIMEOUT = 5
+"""Seconds a new connection waits for the server, unless the connection string says otherwise."""
 _MIGRATION_LOCK = 0x53414654  # "SAFT": one migrator at a time, across every worker
 
 # The sessions holding an advisory lock given as one bigint (shown as two 32-bit halves) in
@@ -56,7 +60,6 @@ _LIVENESS_CONNECT = {
     "keepalives_idle": "30",
     "keepalives_interval": "10",
     "keepalives_count": "3",
-    "connect_timeout": "10",
 }
 # Set on the liveness session, whatever the server, database, role or connection string
 # say. No idle timeout may end it; the server's own probes end the session of a host that
@@ -86,38 +89,102 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
 """PostgreSQL ledgers began at schema 2: there is no step from 1."""
 
 
-def migrate_postgres(dsn: str) -> tuple[int, int]:
+def migrate_postgres(dsn: str, *, connect_timeout: int | None = None) -> tuple[int, int]:
     """Create or upgrade the safeact schema in the database at ``dsn``; return (old, new).
 
     ``old`` is 0 when the schema was created. One transaction, serialised by an advisory
     lock, so many workers may run it at once: the first does the work, the others find the
-    schema current.
+    schema current. A migration that fails is rolled back: the database is left as it was.
+    ``connect_timeout`` is as for ``PostgresStore``.
 
     Raises:
-        StoreError: the server cannot be reached, or its schema is newer than this safeact's.
+        StoreError: the server cannot be reached (with its own reason); the schema is not
+            safeact's or newer than this safeact's; or the migration failed, and the message
+            says what to do.
+        ValueError: ``connect_timeout`` is less than 1.
 
     """
     where = _without_password(dsn)
-    try:
-        with psycopg.connect(dsn) as connection:
+    with _connect(_timed(dsn, connect_timeout, where), where, autocommit=False) as connection:
+        try:
             connection.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             old = _version(connection, where)
-            if old == 0:
-                for statement in postgres_ddl():
-                    connection.execute(statement)
-                connection.execute(
-                    "INSERT INTO safeact_meta (application, version) VALUES (%s, %s)",
-                    (APPLICATION, SCHEMA_VERSION),
-                )
-            elif old < SCHEMA_VERSION:  # a current ledger is left as it is, not even rewritten
-                for step in range(old, SCHEMA_VERSION):
-                    for statement in _MIGRATIONS[step]:
-                        connection.execute(statement)
-                connection.execute("UPDATE safeact_meta SET version = %s", (SCHEMA_VERSION,))
-    except psycopg.Error as exc:
-        raise StoreError(f"{where}: {exc}".strip()) from exc
+        except psycopg.Error as exc:
+            raise StoreError(f"{where}: {_reason(exc)}") from exc
+        if old == SCHEMA_VERSION:  # a current ledger is left as it is, not even rewritten
+            return old, old
+        try:
+            _upgrade(connection, old)
+            connection.commit()
+        except psycopg.Error as exc:  # leaving the block rolls it back, if the server has not
+            raise _migration_failed(where, old, exc, lost=connection.broken) from exc
     return old, SCHEMA_VERSION
 
+
+def _upgrade(connection: psycopg.Connection[Any], old: int) -> None:
+    """Within the connection's transaction, take the schema from ``old`` (0: none) to current."""
+    if old == 0:
+        for statement in postgres_ddl():
+            connection.execute(statement)
+        connection.execute(
+            "INSERT INTO safeact_meta (application, version) VALUES (%s, %s)",
+            (APPLICATION, SCHEMA_VERSION),
+        )
+        return
+    for step in range(old, SCHEMA_VERSION):
+        for statement in _MIGRATIONS[step]:
+            connection.execute(statement)
+    connection.execute("UPDATE safeact_meta SET version = %s", (SCHEMA_VERSION,))
+
+
+# What to do about a migration that failed, by the SQLSTATE (or its class) of its error. The
+# statements are plain DDL, so anything else is a bug to report.
+_MIGRATION_ADVICE = {
+    "42501": "the role may not change the ledger's tables; migrate as their owner",
+    "42": (
+        "its tables are not as a safeact of that schema left them (changed outside "
+        "safeact?): restore them from a backup, or report it to safeact with this message"
+    ),
+    "53": (
+        "the server is out of disk space, memory or connections: free some, then run "
+        "`safeact migrate` again"
+    ),
+    "55": (
+        "another session held a lock on the ledger's tables too long (a running worker?): "
+        "run `safeact migrate` again when they are idle"
+    ),
+    "57": (
+        "the migration was cancelled (a statement_timeout?) or the server is shutting down: "
+        "run `safeact migrate` again"
+    ),
+}
+
+
+def _migration_failed(where: str, old: int, exc: psycopg.Error, *, lost: bool) -> StoreError:
+    """The error of a failed migration: what failed, what is left, what to do.
+
+    A transaction that failed is rolled back, unless the connection was lost (``lost``):
+    then its commit may have reached the server.
+    """
+    what = "creating the safeact schema" if old == 0 else f"migrating from schema {old}"
+    failed = f"{where}: {what} to {SCHEMA_VERSION} failed ({_reason(exc)})"
+    if lost:
+        return StoreError(
+            f"{failed}; the connection was lost, so it may or may not have been committed: "
+            "run `safeact migrate` again, which finishes it or finds it done"
+        )
+    left = "nothing was created" if old == 0 else f"the database is unchanged, at schema {old}"
+    state = exc.sqlstate or ""
+    advice = (
+        _MIGRATION_ADVICE.get(state)
+        or _MIGRATION_ADVICE.get(state[:2])
+        or f"report it to safeact with this message (schema {old} to {SCHEMA_VERSION})"
+    )
+    return StoreError(f"{failed}; it was rolled back and {left}. To do: {advice}")
+
+
+_HISTORY_GUARD = "history_is_append_only"
+"""The trigger that refuses updates and deletes of history (``safeact._tables``)."""
 
 _SYNCED = "SET LOCAL synchronous_commit = on"
 _UNSYNCED = "SET LOCAL synchronous_commit = off"
@@ -129,11 +196,16 @@ class PostgresStore(Store):
 
     ``dsn`` is a libpq connection string or ``postgresql://`` URL; the schema must have
     been created with ``safeact migrate DSN``. Each operation takes a connection from a
-    pool of at most ``pool_size``. A claim and a resolve commit with ``synchronous_commit``
-    on, set for their own transaction whatever the server, database, role or connection
-    string say: a claim is on the server's disk (and on a synchronous standby, if one is
-    configured) before the action runs. Outcomes, marks and lease renewals commit with it
-    off: a server crash may lose one, which leaves the key in doubt, never runs it twice.
+    pool of at most ``pool_size``. A new connection waits ``connect_timeout`` whole seconds
+    for the server (libpq waits at least 2, per address tried); by default the connection
+    string's own ``connect_timeout`` (or ``PGCONNECT_TIMEOUT``), else ``CONNECT_TIMEOUT``
+    (5 s). Opening fails then, or as soon as the server refuses, with its own reason.
+
+    A claim and a resolve commit with ``synchronous_commit`` on, set for their own
+    transaction whatever the server, database, role or connection string say: a claim is
+    on the server's disk (and on a synchronous standby, if one is configured) before the
+    action runs. Outcomes, marks and lease renewals commit with it off: a server crash may
+    lose one, which leaves the key in doubt, never runs it twice.
 
     Owners are also known by a session-level advisory lock that this process holds, on a
     session of its own, from its first claim on. When that session ends, the lock is free
@@ -143,15 +215,16 @@ class PostgresStore(Store):
     and takes the lock again. See ``Store`` for the other settings.
 
     Raises:
-        StoreError: the server cannot be reached, or the schema is missing or of another
-            version.
-        ValueError: the lease is not positive, or the heartbeat not shorter than the lease.
+        StoreError: the server cannot be reached or refuses the connection (one line with
+            its reason, the password masked), or the schema is missing or of another version.
+        ValueError: the lease is not positive, the heartbeat not shorter than the lease, or
+            ``connect_timeout`` less than 1.
 
     """
 
     _FOR_UPDATE: ClassVar[str] = " FOR UPDATE"
 
-    def __init__(
+    def __init__(  # noqa: PLR0913 - one keyword per setting
         self,
         dsn: str,
         *,
@@ -159,22 +232,25 @@ class PostgresStore(Store):
         heartbeat: float | None = None,
         host: str | None = None,
         pool_size: int = 8,
+        connect_timeout: int | None = None,
     ) -> None:
         """Connect and check the schema; see ``get_store``."""
         super().__init__(lease=lease, heartbeat=heartbeat, host=host)
-        self._dsn = dsn
         self._where = _without_password(dsn)
+        self._dsn = _timed(dsn, connect_timeout, self._where)
         self._pool_size = pool_size
-        self._pool = self._new_pool()
-        with self._errors(), self._pool.connection() as connection:
+        # The first connection is made here, not by the pool: the pool connects in the
+        # background, retrying and logging each failure, and tells whoever waits for it only
+        # that it ran out of time.
+        with _connect(self._dsn, self._where, autocommit=True) as connection, self._errors():
             version = _version(connection, self._where)
         if version != SCHEMA_VERSION:
-            self._pool.close()
             what = "no safeact schema" if version == 0 else f"schema version {version}"
             raise StoreError(
                 f"{self._where}: the database has {what}, this safeact needs "
                 f"{SCHEMA_VERSION}; run `safeact migrate DSN` first"
             )
+        self._pool = self._new_pool()
 
     @property
     def location(self) -> str:
@@ -305,6 +381,21 @@ class PostgresStore(Store):
             return connection
         raise AssertionError  # pragma: no cover - the loop returns or raises
 
+    def _lock_history(self, db: Executor) -> None:
+        # Waits for every transaction that appended to it; later ones wait for this one.
+        db.execute("LOCK TABLE history IN SHARE ROW EXCLUSIVE MODE")
+
+    @contextlib.contextmanager
+    def _unguarded_history(self, db: Executor) -> Iterator[None]:
+        """Disable the trigger refusing deletes of history for the block, in its transaction.
+
+        Under the lock ``_lock_history`` took, which this needs (so no other session writes
+        the history meanwhile); only the table's owner may do it.
+        """
+        db.execute(f"ALTER TABLE history DISABLE TRIGGER {_HISTORY_GUARD}")
+        yield
+        db.execute(f"ALTER TABLE history ENABLE TRIGGER {_HISTORY_GUARD}")
+
     def _read(self, sql: str, parameters: tuple[object, ...]) -> list[Any]:
         def query(connection: psycopg.Connection[Any]) -> list[Any]:
             return connection.execute(_placeholders(sql), parameters).fetchall()
@@ -334,7 +425,7 @@ class PostgresStore(Store):
         try:
             yield
         except psycopg.Error as exc:
-            raise StoreError(f"{self._where}: {exc}".strip()) from exc
+            raise StoreError(f"{self._where}: {_reason(exc)}") from exc
 
     def _check_open(self) -> None:
         if self._closed:
@@ -358,13 +449,71 @@ class PostgresStore(Store):
             open=False,
             kwargs={"autocommit": True},
         )
-        with self._errors():
-            try:
-                pool.open(wait=True, timeout=30.0)
-            except Exception as exc:
-                pool.close()
-                raise StoreError(f"{self._where}: cannot connect: {exc}") from exc
+        try:
+            pool.open(wait=True, timeout=_timeout(self._dsn))
+        except Exception as exc:
+            pool.close()
+            raise StoreError(f"{self._where}: cannot connect: {exc}") from exc
         return pool
+
+
+def _timed(dsn: str, connect_timeout: int | None, where: str) -> str:
+    """``dsn`` with the seconds a new connection waits for the server.
+
+    An explicit ``connect_timeout`` wins; then the string's own (or ``PGCONNECT_TIMEOUT``,
+    which libpq reads); then ``CONNECT_TIMEOUT``. Without one, psycopg would wait 130 s for
+    each address of a host that does not answer.
+
+    Raises:
+        StoreError: libpq cannot read ``dsn`` as a connection string.
+        ValueError: ``connect_timeout`` is less than 1.
+
+    """
+    if connect_timeout is not None and connect_timeout < 1:
+        raise ValueError(f"connect_timeout must be 1 or more seconds, got {connect_timeout}")
+    try:
+        given = conninfo_to_dict(dsn)
+    except psycopg.Error as exc:
+        raise StoreError(f"{where}: not a PostgreSQL connection string: {_reason(exc)}") from exc
+    if connect_timeout is None:
+        if "connect_timeout" in given or os.environ.get("PGCONNECT_TIMEOUT"):
+            return dsn
+        connect_timeout = CONNECT_TIMEOUT
+    return make_conninfo(dsn, connect_timeout=connect_timeout)
+
+
+def _timeout(dsn: str) -> int:
+    """The seconds psycopg gives each connection attempt to ``dsn`` (2 at least)."""
+    return timeout_from_conninfo(conninfo_to_dict(dsn))
+
+
+def _connect(dsn: str, where: str, *, autocommit: bool) -> psycopg.Connection[Any]:
+    """A new connection to ``dsn``, made in this thread.
+
+    Raises:
+        StoreError: the server refused the connection or did not answer in time, with its
+            (or libpq's) own reason, on one line and without the password.
+
+    """
+    try:
+        return psycopg.connect(dsn, autocommit=autocommit)
+    except psycopg.errors.ConnectionTimeout as exc:
+        raise StoreError(
+            f"{where}: cannot connect: no answer within {_timeout(dsn)} s "
+            f"(connect_timeout): {_reason(exc)}"
+        ) from exc
+    except psycopg.Error as exc:
+        raise StoreError(f"{where}: cannot connect: {_reason(exc)}") from exc
+
+
+def _reason(exc: psycopg.Error) -> str:
+    """What ``exc`` says, on one line: libpq's and the server's lines, joined."""
+    said = ""
+    for line in str(exc).splitlines():
+        if line.strip():
+            gap = "" if not said else " " if said.endswith(":") else "; "
+            said += gap + line.strip()
+    return said.removeprefix("connection failed: ")
 
 
 class _Liveness:

@@ -88,6 +88,7 @@ __all__ = [
     "Wait",
     "abandonment",
     "amend_refusal",
+    "as_seen",
     "check_resolvable",
     "checkpoint",
     "checkpoint_hook",
@@ -296,6 +297,20 @@ def abandonment(
             return None
 
 
+def as_seen(record: Record, reason: DoubtReason | None) -> Record:
+    """``record`` as every reader reports it, given ``abandonment``'s ``reason`` for it.
+
+    An abandoned attempt is in doubt wherever keys are read, listed, filtered, counted or
+    exported, whether or not a caller has marked it in the ledger yet: an ATTEMPTING row
+    whose owner is gone (or out of lease, or out of session) reads as IN_DOUBT with that
+    reason, and an IN_DOUBT row with the reason as now seen. Anything else reads as stored.
+    The protocol itself decides on the stored row, never on this view.
+    """
+    if reason is None:
+        return record
+    return attrs.evolve(record, state=State.IN_DOUBT, doubt_reason=reason)
+
+
 def may_mark(record: Record, reason: DoubtReason) -> bool:
     """Whether marking ``record`` IN_DOUBT for ``reason`` adds to what the ledger knows.
 
@@ -458,13 +473,15 @@ class SagaRecord:
 
 
 Checkpoint: TypeAlias = Literal[
-    "before_claim", "after_claim", "after_call", "after_record", "probed", "settling"
+    "before_claim", "after_claim", "after_call", "after_record", "probed", "settling", "archiving"
 ]
 """The points where a crash leaves a different ledger behind.
 
 The first four are the points of record-before-execute, in a call that runs the action
 (``CALL_CHECKPOINTS``); ``probed`` is after a reconciliation probe answered, ``settling``
-inside the transaction that closes an in-doubt key, before it commits.
+inside the transaction that closes an in-doubt key, before it commits; ``archiving`` inside
+a transaction of ``archive_history``, after its events are synced to the file and deleted,
+before it commits.
 """
 
 CALL_CHECKPOINTS: tuple[Checkpoint, ...] = (

@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Generic, TypeAlias, TypeVar, final
 
 import attrs
 
+import safeact._telemetry as telemetry
 from safeact._codec import ResultNotStorableError
 from safeact._history import Event, Why
 from safeact._outcome import InDoubt
@@ -73,9 +74,22 @@ def reconcile_key(
     refuses counts as a failed probe). Returns the event appended to the key's history, or
     ``None`` if the key had moved on meanwhile (then nothing was changed).
     """
+    with telemetry.probe(record, receipt.reason) as watch:
+        return watch.came_to(_ask(store, record, receipt, probe, encode))
+
+
+def _ask(
+    store: Store,
+    record: Record,
+    receipt: InDoubt,
+    probe: Callable[[str, InDoubt], object],
+    encode: Callable[[object], JSON],
+) -> Event | None:
+    """Ask the probe and apply its answer, as ``reconcile_key`` says."""
     try:
         answer = probe(record.key, receipt)
     except Exception as exc:  # noqa: BLE001 - a probe's failure is an answer: "cannot tell"
+        telemetry.raised(exc)
         return store._note(record, Why.PROBE_FAILED, f"the probe raised {_describe(exc)}")
     checkpoint("probed")
     match answer:

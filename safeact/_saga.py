@@ -19,6 +19,7 @@ import os
 from collections.abc import Callable, Coroutine, Generator
 from typing import TYPE_CHECKING, Any, Concatenate, Self, TypeAlias, TypeVar, cast, overload
 
+import safeact._telemetry as telemetry
 from safeact._keys import check_key
 from safeact._open import get_store
 from safeact._outcome import Outcome
@@ -181,7 +182,8 @@ class Saga:
             index = self._run.take_index()
             tool, name, undo = self._tools_of(fn, compensate)
             key = self._drive(self._run.begin_step(index, name, undo))
-            outcome = _call_sync(tool, key, args, kwargs)
+            with telemetry.saga_step(self.saga_id, key, tool.name) as watch:
+                outcome = watch.ended(_call_sync(tool, key, args, kwargs))
         return self._drive(self._run.settle_step(key, undo, outcome, tool.replay))
 
     async def _step_async(
@@ -195,7 +197,8 @@ class Saga:
             index = self._run.take_index()
             tool, name, undo = self._tools_of(fn, compensate)
             key = await self._drive_async(self._run.begin_step(index, name, undo))
-            outcome = await _call(tool, key, args, kwargs)
+            with telemetry.saga_step(self.saga_id, key, tool.name) as watch:
+                outcome = watch.ended(await _call(tool, key, args, kwargs))
         return await self._drive_async(self._run.settle_step(key, undo, outcome, tool.replay))
 
     @contextlib.contextmanager
@@ -273,7 +276,11 @@ class Saga:
     def _compensate(self, request: Compensate) -> Outcome[object] | None:
         """Call a compensation; None if it raised instead of giving an outcome (logged)."""
         try:
-            return _call_sync(self._tool(request.undo.call), request.key, (request.value,), {})
+            with telemetry.compensation(
+                self.saga_id, request.step, request.key, request.undo.name
+            ) as watch:
+                tool = self._tool(request.undo.call)
+                return watch.ended(_call_sync(tool, request.key, (request.value,), {}))
         except Exception:
             logger.exception("saga %r: the compensation of %r raised", self.saga_id, request.step)
             return None
@@ -281,7 +288,11 @@ class Saga:
     async def _compensate_async(self, request: Compensate) -> Outcome[object] | None:
         """Await a compensation (a sync one in a worker thread); None if it raised (logged)."""
         try:
-            return await _call(self._tool(request.undo.call), request.key, (request.value,), {})
+            with telemetry.compensation(
+                self.saga_id, request.step, request.key, request.undo.name
+            ) as watch:
+                tool = self._tool(request.undo.call)
+                return watch.ended(await _call(tool, request.key, (request.value,), {}))
         except Exception:
             logger.exception("saga %r: the compensation of %r raised", self.saga_id, request.step)
             return None
@@ -301,7 +312,7 @@ class Saga:
             case ReadSaga(saga_id):
                 return self.store.get_saga(saga_id)
             case Read(key):
-                return self.store.get(key)
+                return self.store._stored(key)  # noqa: SLF001 - the tool and its store are one
             case Rebuild(record, replay):
                 return replay(record)
 

@@ -48,7 +48,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             note       TEXT
         )""",
         "CREATE INDEX history_by_subject ON history (kind, subject, seq)",
-        # Nothing rewrites history, not even safeact: refuse it in the file itself.
+        # Nothing rewrites history: refuse it in the file itself (an operator's archive lifts
+        # the delete guard inside its own transaction only; see ``_archive``).
         """CREATE TRIGGER history_is_append_only_update BEFORE UPDATE ON history
         BEGIN SELECT RAISE(ABORT, 'the safeact history is append-only'); END""",
         """CREATE TRIGGER history_is_append_only_delete BEFORE DELETE ON history
@@ -91,10 +92,12 @@ def migrate(path: Path) -> tuple[int, int]:
 
     The old file is first copied to ``<path>.v<old>.bak`` (or ``.bak.N`` if that exists).
     Safe to run from many processes at once: the first takes the write lock and upgrades,
-    the others then find the ledger current and change nothing.
+    the others then find the ledger current and change nothing. A migration that fails is
+    rolled back, which leaves the ledger as it was, and its copy is removed.
 
     Raises:
-        StoreError: no file at ``path``, not a safeact ledger, or a newer schema.
+        StoreError: no file at ``path``, not a safeact ledger, or a newer schema; or the
+            copy or the upgrade failed, and the message says what to do.
 
     """
     if not path.is_file():
@@ -103,19 +106,103 @@ def migrate(path: Path) -> tuple[int, int]:
         connection = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT)
     except sqlite3.Error as exc:
         raise StoreError(f"{path}: {exc}") from exc
-    try:
-        with _errors(path):
+    try:  # closing the connection rolls back whatever it left uncommitted
+        try:
             connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
-            with _locked(connection):
-                old = _version(connection, path)
-                if old == 0:
-                    raise StoreError(f"{path}: an empty file is not a ledger; nothing to migrate")
-                if old < SCHEMA_VERSION:
-                    _copy(path, _backup_path(path, old))
-                    _upgrade(connection, old)
+            connection.execute("BEGIN IMMEDIATE")
+            old = _version(connection, path)
+        except sqlite3.Error as exc:
+            raise StoreError(
+                f"{path}: {exc}; nothing was changed. To do: {_advice(exc, path, None)}"
+            ) from exc
+        if old == 0:
+            raise StoreError(f"{path}: an empty file is not a ledger; nothing to migrate")
+        if old < SCHEMA_VERSION:
+            _upgrade_keeping_a_copy(connection, path, old)
         return old, SCHEMA_VERSION
     finally:
         connection.close()
+
+
+def _upgrade_keeping_a_copy(connection: sqlite3.Connection, path: Path, old: int) -> None:
+    """In the caller's write transaction: copy the ledger, upgrade it from ``old``, commit.
+
+    Raises:
+        StoreError: the copy or the upgrade failed. The transaction was rolled back, so the
+            ledger is as it was, and the copy was removed; or, if the rollback failed too,
+            the copy is kept and the message names it.
+
+    """
+    backup = _backup_path(path, old)
+    try:
+        _copy(path, backup)
+    except sqlite3.Error as exc:
+        _remove(backup)
+        raise StoreError(
+            f"{path}: copying the ledger to {backup} before migrating it failed ({exc}); "
+            f"nothing was changed and no copy was kept. To do: {_advice(exc, path, old)}"
+        ) from exc
+    try:
+        _upgrade(connection, old)
+        connection.execute("COMMIT")
+    except sqlite3.Error as exc:
+        failed = f"{path}: migrating from schema {old} to {SCHEMA_VERSION} failed ({exc})"
+        try:
+            if connection.in_transaction:  # SQLite rolls some failures back itself
+                connection.execute("ROLLBACK")
+        except sqlite3.Error as again:
+            raise StoreError(
+                f"{failed}, and so did rolling it back ({again}); the ledger as it was is "
+                f"kept at {backup}: if safeact cannot open the ledger, put that copy in its place"
+            ) from exc
+        _remove(backup)
+        raise StoreError(
+            f"{failed}; it was rolled back: the ledger is unchanged, at schema {old}, and no "
+            f"copy was kept. To do: {_advice(exc, path, old)}"
+        ) from exc
+
+
+# What to do about a migration that failed, by SQLite's primary error code.
+_ADVICE = {
+    sqlite3.SQLITE_FULL: "free disk space, then {again}",
+    sqlite3.SQLITE_READONLY: "make the ledger and its directory writable, then {again}",
+    sqlite3.SQLITE_CANTOPEN: "make the ledger and its directory writable, then {again}",
+    sqlite3.SQLITE_PERM: "make the ledger and its directory writable, then {again}",
+    sqlite3.SQLITE_BUSY: "another process kept the ledger locked; {again} when it is idle",
+    sqlite3.SQLITE_LOCKED: "another process kept the ledger locked; {again} when it is idle",
+    sqlite3.SQLITE_IOERR: "writing to the disk failed: check its free space and health, then "
+    "{again}",
+    sqlite3.SQLITE_NOTADB: "check the path; if it is the ledger, it is damaged: restore it "
+    "from a backup",
+    sqlite3.SQLITE_CORRUPT: "check the path; if it is the ledger, it is damaged: restore it "
+    "from a backup",
+}
+
+
+def _advice(exc: sqlite3.Error, path: Path, old: int | None) -> str:
+    """What to do about a migration of a ledger at ``old`` that failed with ``exc``.
+
+    ``old`` is None when the ledger's version was not read yet. A statement of the migration
+    that fails on a readable ledger at a known version finds its tables not as expected.
+    """
+    # The primary code, without its extended part; none for an error of Python's own.
+    code = getattr(exc, "sqlite_errorcode", -1) & 0xFF
+    if code in _ADVICE:
+        return _ADVICE[code].format(again=f"run `safeact migrate {path}` again")
+    if code in (sqlite3.SQLITE_ERROR, sqlite3.SQLITE_CONSTRAINT) and old is not None:
+        return (
+            f"its tables are not as a safeact of schema {old} left them (changed outside "
+            "safeact?): restore the ledger from a backup, or report it to safeact with this "
+            "message"
+        )
+    versions = SCHEMA_VERSION if old is None else f"{old} to {SCHEMA_VERSION}"
+    return f"report it to safeact with this message (schema {versions})"
+
+
+def _remove(copy: Path) -> None:
+    """Remove a copy of the ledger, and the journal a failed copy may leave beside it."""
+    copy.unlink(missing_ok=True)
+    copy.with_name(f"{copy.name}-journal").unlink(missing_ok=True)
 
 
 def check_usable(path: Path) -> None:

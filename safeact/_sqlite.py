@@ -20,8 +20,13 @@ from safeact.exceptions import StoreError
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
+    from safeact._ledger import Executor
+
 __all__ = ["SqliteStore"]
 
+
+_HISTORY_GUARD = "history_is_append_only_delete"
+"""The trigger that refuses deletes of history (``safeact._tables``, and schema 2's step)."""
 
 _KINDS = (
     (stat.S_ISDIR, "a directory"),
@@ -133,6 +138,26 @@ class SqliteStore(Store):
                 self._group.durable()
             except OSError as exc:
                 raise StoreError(f"{self._path}: a commit may not be on disk: {exc}") from exc
+
+    @contextlib.contextmanager
+    def _unguarded_history(self, db: Executor) -> Iterator[None]:
+        """Drop the trigger refusing deletes of history; make it again, from its own text.
+
+        Both in the caller's ``BEGIN IMMEDIATE`` transaction: no other connection sees the
+        trigger gone, and a rollback restores it.
+        """
+        row = db.execute(
+            "SELECT sql FROM sqlite_master WHERE type = 'trigger' AND name = ?", (_HISTORY_GUARD,)
+        ).fetchone()
+        if row is None:
+            raise StoreError(
+                f"{self._path}: the trigger {_HISTORY_GUARD} that keeps the history "
+                "append-only is missing (the file was changed outside safeact); nothing was "
+                "dropped. Restore it from a backup of the ledger before archiving"
+            )
+        db.execute(f"DROP TRIGGER {_HISTORY_GUARD}")
+        yield
+        db.execute(row[0])
 
     def _sync_wal(self) -> None:
         """Sync the WAL to disk: every commit made so far is on disk when it returns."""

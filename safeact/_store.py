@@ -7,6 +7,7 @@
 | sagas' rows | ``_saga_rows`` |
 | listings and counts for the CLI | ``_listing`` |
 | retention (purge) | ``_retention`` |
+| archiving the history | ``_archive`` |
 | the heartbeat of held attempts | ``_liveness`` |
 | settings, the owner, row locks, a backend's hooks | ``_ledger`` |
 
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Self
 
 import attrs
 
+from safeact._archive import Archiving
 from safeact._audit import Audit
 from safeact._codec import encode_untyped
 from safeact._listing import Listing
@@ -40,7 +42,7 @@ if TYPE_CHECKING:
 __all__ = ["Store"]
 
 
-class Store(KeyTransitions, Audit, SagaRows, Listing, Retention, Liveness):
+class Store(KeyTransitions, Audit, SagaRows, Listing, Retention, Archiving, Liveness):
     """A ledger of keys, shared safely by threads, processes and (on PostgreSQL) hosts.
 
     The database, never a lock in this process, decides which caller wins a key. Use as a
@@ -86,7 +88,7 @@ class Store(KeyTransitions, Audit, SagaRows, Listing, Retention, Liveness):
         in doubt. Returns the events appended to the keys' histories.
         """
         events = []
-        for found in self.list_in_doubt():
+        for found in self._unsettled():
             reason = self._abandonment(found, utc_now())
             if reason is None:
                 continue

@@ -164,7 +164,8 @@ TABLES = (
         ),
         key=("saga_id", "step_index"),
     ),
-    # Schema 2: the audit trail. Nothing rewrites history, not even safeact.
+    # Schema 2: the audit trail. Nothing rewrites history; only an operator's archive moves
+    # old events out (``_archive``), lifting the guard inside its own transaction.
     Table(
         "history",
         (

@@ -31,6 +31,7 @@ from typing import (
 
 import attrs
 
+import safeact._telemetry as telemetry
 from safeact._call import (
     Act,
     Ask,
@@ -64,6 +65,7 @@ from safeact._protocol import (
 from safeact.exceptions import StoreError
 
 if TYPE_CHECKING:
+    from safeact._open import StoreHandle
     from safeact._reconcile import Probe
     from safeact._store import Store
 
@@ -88,8 +90,12 @@ _UNRECORDED_RETRIES = (0.0, 0.05, 0.25, 1.0)
 class safe:  # noqa: N801 - used as a decorator, so it reads as a function
     """Make functions into tools that run at most once per key.
 
-    ``safe(store)`` takes a ledger path or a ``Store``; ``name`` pins the tool's name (by
-    default ``module.qualname``, the same in every process) so a rename keeps its keys.
+    ``safe(store)`` takes a ledger's location (a path or a PostgreSQL URL), opened at the
+    tool's first use (its first call, or the first use of its ``store``), so making a tool,
+    or importing a module that makes one, never opens a file or connects; or a ``Store``,
+    used as it is. The tools one ``safe(location)`` makes share one store. ``name`` pins
+    the tool's name (by default ``module.qualname``, the same in every process) so a
+    rename keeps its keys.
     ``wait`` is how many seconds a caller that finds its key running under a live owner
     waits for that owner's outcome (0: do not wait) before it gets ``InDoubt`` (in flight).
     ``compensate`` undoes the tool's action when it is a step of a ``Saga`` that aborts: it
@@ -108,10 +114,10 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
     dataclass or a pydantic model. The tool's ``ignore`` attribute is the set of names.
 
     Raises:
-        StoreError: the ledger at ``store`` cannot be opened.
         ValueError: ``name`` is empty or ``wait`` negative; or, when a function is guarded,
             ``ignore`` names its key parameter or a parameter it does not have.
-        TypeError: ``ignore`` is a ``str`` (write ``ignore=("client",)``) or holds a non-str.
+        TypeError: ``store`` is neither a ``Store``, nor a path, nor a URL; or ``ignore`` is
+            a ``str`` (write ``ignore=("client",)``) or holds a non-str.
 
     """
 
@@ -127,7 +133,7 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
         reconcile: Probe[object] | None = None,
         ignore: Iterable[str] = (),
     ) -> None:
-        """Open the ledger now, so a bad path fails before any action runs."""
+        """Check the settings; a ledger given by its location is opened at first use."""
         names = ignored_names(ignore)
         if name is not None:
             if not name:
@@ -136,10 +142,9 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
         if wait < 0:
             raise ValueError(f"wait must be 0 or more seconds, got {wait}")
         # The ledger's modules load when a tool is first made, not when safeact is imported.
-        from safeact._open import get_store  # noqa: PLC0415
-        from safeact._store import Store  # noqa: PLC0415
+        from safeact._open import StoreHandle  # noqa: PLC0415
 
-        self._store = store if isinstance(store, Store) else get_store(store)
+        self._store = StoreHandle(store)
         self._name = name
         self._wait = wait
         self._compensate = compensate
@@ -220,7 +225,7 @@ class _Guard(Generic[T_co]):
     def __init__(  # noqa: PLR0913 - one keyword per setting of safe()
         self,
         fn: Callable[..., object],
-        store: Store,
+        store: Store | StoreHandle,
         *,
         name: str | None = None,
         wait: float = WAIT,
@@ -228,8 +233,10 @@ class _Guard(Generic[T_co]):
         reconcile: Probe[object] | None = None,
         ignore: Iterable[str] = (),
     ) -> None:
+        from safeact._open import StoreHandle  # noqa: PLC0415 - loaded with the first tool
+
         self.name = name if name is not None else _default_name(fn)
-        self.store = store
+        self._held = store if isinstance(store, StoreHandle) else StoreHandle(store)
         self.wait = wait
         self.compensate = compensate
         self.reconcile = reconcile
@@ -238,8 +245,18 @@ class _Guard(Generic[T_co]):
         self._args_hash = ArgsHash(self._signature, self.ignore)
         self.return_type = check_return_type(fn, self.name)
 
+    @property
+    def store(self) -> Store:
+        """The tool's ledger; one given by its location is opened here, at its first use.
+
+        Raises:
+            StoreError: the ledger cannot be opened (the next use tries again).
+
+        """
+        return self._held.open()
+
     def __repr__(self) -> str:
-        return f"<{type(self).__name__} {self.name} on {self.store!r}>"
+        return f"<{type(self).__name__} {self.name} on {self._held!r}>"
 
     def _digest(self, key: str, args: tuple[object, ...], kwargs: dict[str, object]) -> str:
         check_key(key)
@@ -269,6 +286,7 @@ class _Guard(Generic[T_co]):
         return cast("T_co", decode(record.result, self.return_type, key=key, tool=tool, fix=fix))
 
     def _replay(self, record: Record) -> Outcome[T_co]:
+        telemetry.attempt(record.attempt_id)
         if record.state is State.FAILED:
             return failed_from(record)
         return Succeeded(record.key, self.replay(record), replayed=True)
@@ -403,7 +421,7 @@ class _Guard(Generic[T_co]):
         """Carry out one of the call's requests that the ledger (or the probe) answers, blocking."""
         match request:
             case Read(key):
-                return self.store.get(key)
+                return self.store._stored(key)  # noqa: SLF001 - the tool and its store are one
             case Look(owner):
                 return self._look(owner)
             case Claim():
@@ -421,13 +439,16 @@ class _Guard(Generic[T_co]):
         return Sighting(gone=self.store._owner_gone(owner), lost=self.store._owner_lost(owner))
 
     def _claim(self, claim: Claim) -> Record | None:
-        return self.store._claim(
+        started = time.perf_counter()
+        claimed = self.store._claim(
             claim.key,
             self.name,
             claim.args_hash,
             attempt_id=uuid.uuid4().hex,
             previous=claim.previous,
         )
+        telemetry.claimed(self.name, claimed, time.perf_counter() - started)
+        return claimed
 
     def _mark(self, mark: Mark) -> bool:
         return self.store._mark_in_doubt(mark.record.key, mark.record.attempt_id, mark.reason)
@@ -521,7 +542,7 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
     def __init__(  # noqa: PLR0913 - one keyword per setting of safe()
         self,
         fn: Callable[Concatenate[str, P], T_co],
-        store: Store,
+        store: Store | StoreHandle,
         *,
         name: str | None = None,
         wait: float = WAIT,
@@ -563,11 +584,12 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
         """
         steps = self._steps(key, self._digest(key, args, kwargs))
         answer: object = None
-        try:
-            while True:
-                answer = self._perform(steps.send(answer), args, kwargs)
-        except StopIteration as done:
-            return cast("Outcome[T_co]", done.value)
+        with telemetry.call(self.name, key) as watch:
+            try:
+                while True:
+                    answer = self._perform(steps.send(answer), args, kwargs)
+            except StopIteration as done:
+                return watch.ended(cast("Outcome[T_co]", done.value))
 
     def _perform(
         self, request: Request, args: tuple[object, ...], kwargs: dict[str, object]
@@ -604,7 +626,7 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
     def __init__(  # noqa: PLR0913 - one keyword per setting of safe()
         self,
         fn: Callable[Concatenate[str, P], Coroutine[Any, Any, T_co]],
-        store: Store,
+        store: Store | StoreHandle,
         *,
         name: str | None = None,
         wait: float = WAIT,
@@ -632,17 +654,18 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
 
         steps = self._steps(key, self._digest(key, args, kwargs))
         answer: object = None
-        while True:
-            match await self._in_thread(steps, answer):
-                case _Ended(outcome):
-                    return cast("Outcome[T_co]", outcome)
-                case Pause(seconds):
-                    await asyncio.sleep(seconds)
-                    answer = None
-                case Act(record):
-                    answer = await self._act(record, args, kwargs)
-                case Ask(record, reason):
-                    answer = await asyncio.to_thread(self._probe, record, reason)
+        with telemetry.call(self.name, key) as watch:
+            while True:
+                match await self._in_thread(steps, answer):
+                    case _Ended(outcome):
+                        return watch.ended(cast("Outcome[T_co]", outcome))
+                    case Pause(seconds):
+                        await asyncio.sleep(seconds)
+                        answer = None
+                    case Act(record):
+                        answer = await self._act(record, args, kwargs)
+                    case Ask(record, reason):
+                        answer = await asyncio.to_thread(self._probe, record, reason)
 
     async def _in_thread(
         self, steps: Generator[Request, object, Outcome[T_co]], answer: object

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+import safeact._telemetry as telemetry
 from safeact._audit import record_claim, record_event
 from safeact._codec import encode_untyped
 from safeact._history import DECIDED, Event, Why, why_finished, why_in_doubt
@@ -120,6 +121,7 @@ class KeyTransitions(Ledger):
             force=force,
         )
 
+    @telemetry.resolving
     def _decide(  # noqa: PLR0913 - resolve's parameters, and how to check the result
         self,
         key: str,
@@ -146,7 +148,7 @@ class KeyTransitions(Ledger):
         if not happened and result is not NO_RESULT:
             raise ValueError("a result makes sense only with happened=True")
         stored = json.dumps(encode(result)) if happened else None
-        record = check_resolvable(key, self.get(key))
+        record = check_resolvable(key, self._stored(key))
         _check_tool(key, record, tool)
         if attempt_id is not None and record.attempt_id != attempt_id:
             raise SafeError(
@@ -380,7 +382,7 @@ class KeyTransitions(Ledger):
             # never ran. Asked first, so a claim that never got the write lock does not wait
             # for it again.
             with contextlib.suppress(Exception):
-                row = self.get(key)
+                row = self._stored(key)
                 if row is not None and row.attempt_id == attempt_id:
                     self._mark_in_doubt(key, attempt_id, DoubtReason.INTERRUPTED)
             raise

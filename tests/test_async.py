@@ -258,14 +258,14 @@ def test_a_task_cancelled_before_its_claim_claims_nothing(store: Store) -> None:
     runs: list[str] = []
     charge = charge_tool(store, runs)
     reading, go_on = threading.Event(), threading.Event()
-    get = store.get
+    get = store._stored
 
     def held(key: str) -> Record | None:
         reading.set()
         assert go_on.wait(30)
         return get(key)
 
-    store.get = held  # type: ignore[method-assign]
+    store._stored = held  # type: ignore[method-assign]
 
     async def cancel_while_reading() -> None:
         call = asyncio.create_task(charge("k", 5))
@@ -277,7 +277,7 @@ def test_a_task_cancelled_before_its_claim_claims_nothing(store: Store) -> None:
             await call
 
     asyncio.run(cancel_while_reading())
-    del store.get
+    del store._stored
     assert store.get("k") is None
     assert runs == []
 

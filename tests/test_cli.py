@@ -1,5 +1,6 @@
 """The ``safeact`` command line, driven as users drive it: in its own process."""
 
+import argparse
 import json
 import re
 import shutil
@@ -13,16 +14,21 @@ import attrs
 import pytest
 
 from safeact import Record, Saga, State, get_store, safe
-from safeact._cli import main
+from safeact._cli import main, parser
 from tests.actions import bury_owners
 
 V1 = Path(__file__).with_name("data") / "ledger-v1.db"
-COMMANDS = ["ls", "show", "doubt", "resolve", "sagas", "purge", "stats", "reconcile", "migrate"]
+COMMANDS = sorted(
+    next(a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+)
 NEEDS = {
     "show": ["KEY"],
     "resolve": ["KEY", "--not-happened"],
+    "amend": ["KEY", "--result", "1"],
     "purge": ["--older-than", "1d"],
     "reconcile": ["--probes", "probes.py:PROBES"],
+    "archive": ["--before", "1d", "--to", "history.jsonl"],
+    "export": ["--before", "1d"],
 }
 """What each command needs besides the ledger."""
 
@@ -193,7 +199,7 @@ def test_doubt_lists_what_needs_a_decision_and_exits_1(full: Path) -> None:
     assert result.returncode == 1
     assert columns(lines[:2])[0] == ["KEY", "TOOL", "STATE", "ATTEMPTED", "AGE", "REASON"]
     key, tool, state, _, age, reason = columns(lines[:2])[1]
-    assert (key, tool, state, reason) == ("pay-2", "pay", "attempting", "crashed")
+    assert (key, tool, state, reason) == ("pay-2", "pay", "in_doubt", "crashed")
     assert re.fullmatch(r"\d+s", age)
 
 
@@ -211,9 +217,9 @@ def test_doubt_json_gives_reason_and_age(full: Path) -> None:
     (line,) = result.stdout.splitlines()
     decoded = json.loads(line)
     assert result.returncode == 1
-    assert (decoded["key"], decoded["state"], decoded["reason"]) == (
+    assert (decoded["key"], decoded["state"], decoded["doubt_reason"]) == (
         "pay-2",
-        "attempting",
+        "in_doubt",
         "crashed",
     )
     assert decoded["age_seconds"] >= 0
@@ -222,7 +228,7 @@ def test_doubt_json_gives_reason_and_age(full: Path) -> None:
 def test_resolve_happened_stores_the_result_and_the_note_shows_in_history(full: Path) -> None:
     """`resolve` --happened records the result; show's last history line has the operator's note."""
     result = run("resolve", full, "pay-2", "--happened", "--result", "12", "--note", "bank ref 77")
-    assert (result.returncode, result.stdout) == (0, "pay-2: attempting → succeeded\n")
+    assert (result.returncode, result.stdout) == (0, "pay-2: in_doubt → succeeded\n")
     with get_store(full) as store:
         record = store.get("pay-2")
     assert record is not None
@@ -236,7 +242,7 @@ def test_resolve_happened_stores_the_result_and_the_note_shows_in_history(full: 
 def test_resolve_not_happened_releases_the_key(full: Path) -> None:
     """`resolve` --not-happened releases the key, so its next call runs the action."""
     result = run("resolve", full, "pay-2", "--not-happened")
-    assert (result.returncode, result.stdout) == (0, "pay-2: attempting → released\n")
+    assert (result.returncode, result.stdout) == (0, "pay-2: in_doubt → released\n")
     with get_store(full) as store:
         record = store.get("pay-2")
     assert record is not None
@@ -257,7 +263,7 @@ def test_resolve_with_bad_json_is_refused(full: Path) -> None:
     """`resolve` --result with text that is not JSON exits 2 and changes nothing."""
     assert_refused(run("resolve", full, "pay-2", "--happened", "--result", "{oops"), "not JSON")
     with get_store(full) as store:
-        record = store.get("pay-2")
+        record = store._stored("pay-2")  # the row as written: the refused resolve changed nothing
     assert record is not None
     assert record.state is State.ATTEMPTING
 
@@ -312,8 +318,8 @@ def test_stats_counts_keys_by_tool_and_state(full: Path) -> None:
     assert [line.split() for line in lines[:4]] == [
         ["TOOL", "ATTEMPTING", "SUCCEEDED", "FAILED", "IN_DOUBT", "RELEASED", "TOTAL"],
         ["mail", "0", "0", "1", "0", "0", "1"],
-        ["pay", "1", "2", "0", "0", "0", "3"],
-        ["(all", "tools)", "1", "2", "1", "0", "0", "4"],
+        ["pay", "0", "2", "0", "1", "0", "3"],
+        ["(all", "tools)", "0", "2", "1", "1", "0", "4"],
     ]
     assert lines[5] == "sagas: 1 completed"
     assert re.fullmatch(r"oldest in doubt: pay-2, attempted \d+s ago", lines[6])

@@ -50,10 +50,10 @@ def test_doubt_and_resolve_work_on_a_url(postgres_ledger: str) -> None:
     doubt = run("doubt", postgres_ledger)
     assert doubt.returncode == 1
     assert [line.split()[:3] for line in doubt.stdout.splitlines()[1:2]] == [
-        ["lost", "pay", "attempting"]
+        ["lost", "pay", "in_doubt"]
     ]
     resolved = run("resolve", postgres_ledger, "lost", "--not-happened", "--note", "no charge")
-    assert (resolved.returncode, resolved.stdout) == (0, "lost: attempting → released\n")
+    assert (resolved.returncode, resolved.stdout) == (0, "lost: in_doubt → released\n")
     assert run("doubt", postgres_ledger).returncode == 0
     listed = run("ls", postgres_ledger)
     assert [line.split()[:3] for line in listed.stdout.splitlines()[1:]] == [

@@ -3,6 +3,7 @@
 That a migrated ledger has exactly the schema of a new one is tests/test_schema.py's.
 """
 
+import hashlib
 import shutil
 import sqlite3
 import subprocess
@@ -39,6 +40,14 @@ def v2_ledger(tmp_path: Path) -> Path:
     copy = tmp_path / "v2.db"
     shutil.copyfile(V2, copy)
     return copy
+
+
+def sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def names_in(directory: Path) -> list[str]:
+    return sorted(path.name for path in directory.iterdir())
 
 
 def version_of(path: Path) -> int:
@@ -197,7 +206,8 @@ def test_migrating_a_schema_2_ledger_keeps_its_keys_and_history(v2_ledger: Path)
             raise AssertionError
 
         assert charge("paid-2", 5).unwrap() == 5
-        records = {record.key: record for record in store.records()}
+        # The rows as written (migrated), not as read: running-2's owner is gone from here.
+        records = {r.key: store._stored(r.key) or r for r in store.records()}
         assert {key: record.state for key, record in records.items()} == {
             "declined-2": State.FAILED,
             "doubt-2": State.IN_DOUBT,
@@ -225,3 +235,115 @@ def test_a_claim_records_its_owners_machine_and_pid_namespace(ledger: Path) -> N
         connection.close()
     assert row == (claimed.owner.machine_id, claimed.owner.pid_namespace)
     assert claimed.owner.pid_namespace
+
+
+TAMPERED = {
+    "schema 1 with a history table made by hand": (
+        V1,
+        "CREATE TABLE history (seq INTEGER PRIMARY KEY)",
+        1,
+        "table history already exists",
+    ),
+    # The first of the step's two columns is added before the second fails.
+    "schema 2 with one of its new columns added by hand": (
+        V2,
+        "ALTER TABLE calls ADD COLUMN owner_pidns TEXT",
+        2,
+        "duplicate column name: owner_pidns",
+    ),
+}
+
+
+@pytest.mark.parametrize(
+    ("original", "tampering", "version", "reason"), TAMPERED.values(), ids=TAMPERED
+)
+def test_a_migration_that_fails_leaves_the_ledger_as_it_was_and_says_what_to_do(
+    tmp_path: Path, original: Path, tampering: str, version: int, reason: str
+) -> None:
+    """A step that fails rolls the whole migration back: same bytes, no copy, what to do."""
+    ledger = tmp_path / "old.db"
+    shutil.copyfile(original, ledger)
+    connection = sqlite3.connect(ledger)
+    try:
+        connection.execute(tampering)
+        connection.commit()
+    finally:
+        connection.close()
+    before = sha256(ledger)
+    with pytest.raises(StoreError) as raised:
+        migrate(ledger)
+    assert str(raised.value) == (
+        f"{ledger}: migrating from schema {version} to {SCHEMA_VERSION} failed ({reason}); it "
+        f"was rolled back: the ledger is unchanged, at schema {version}, and no copy was kept. "
+        f"To do: its tables are not as a safeact of schema {version} left them (changed "
+        "outside safeact?): restore the ledger from a backup, or report it to safeact with "
+        "this message"
+    )
+    assert sha256(ledger) == before
+    assert names_in(tmp_path) == ["old.db"]
+
+
+FILES_LIMITED = """
+import resource, signal, sys
+from pathlib import Path
+from safeact import StoreError
+from safeact._schema import migrate
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead (EFBIG)
+limit = int(sys.argv[2])
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+try:
+    migrate(Path(sys.argv[1]))
+except StoreError as exc:
+    print(exc)
+"""
+"""Migrate in a process whose files may not grow past a limit, as on a disk that fills up."""
+
+
+def test_a_copy_that_cannot_be_written_leaves_no_partial_copy_and_says_what_to_do(
+    v2_ledger: Path,
+) -> None:
+    """The copy's last page cannot be written: same bytes, no partial copy; then it migrates."""
+    before = sha256(v2_ledger)
+    limit = v2_ledger.stat().st_size - 4096  # the ledger's WAL index (32 KiB) still fits
+    result = subprocess.run(
+        [sys.executable, "-c", FILES_LIMITED, str(v2_ledger), str(limit)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    assert result.stdout == (
+        f"{v2_ledger}: copying the ledger to {v2_ledger}.v2.bak before migrating it failed "
+        "(disk I/O error); nothing was changed and no copy was kept. To do: writing to the "
+        f"disk failed: check its free space and health, then run `safeact migrate {v2_ledger}` "
+        "again\n"
+    )
+    assert sha256(v2_ledger) == before
+    assert names_in(v2_ledger.parent) == ["v2.db"]
+    assert migrate(v2_ledger) == (2, SCHEMA_VERSION)  # doing what it said
+    assert names_in(v2_ledger.parent) == ["v2.db", "v2.db.v2.bak"]
+
+
+def test_the_command_line_reports_a_failed_migration_in_one_line(v2_ledger: Path) -> None:
+    """`safeact migrate` of a ledger whose migration fails: exit 2, its one line on stderr."""
+    connection = sqlite3.connect(v2_ledger)
+    try:
+        connection.execute("ALTER TABLE calls ADD COLUMN owner_machine TEXT")
+        connection.commit()
+    finally:
+        connection.close()
+    result = subprocess.run(
+        [sys.executable, "-m", "safeact", "migrate", str(v2_ledger)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert (result.returncode, result.stdout) == (2, "")
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(
+        f"safeact: error: {v2_ledger}: migrating from schema 2 to {SCHEMA_VERSION} failed "
+        "(duplicate column name: owner_machine); it was rolled back"
+    )
+    assert version_of(v2_ledger) == 2

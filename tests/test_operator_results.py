@@ -236,7 +236,7 @@ def cli(where: Path, ledger: Path, *args: str) -> subprocess.CompletedProcess[st
 
 def stored(ledger: Path, key: str) -> tuple[State, object]:
     with get_store(ledger) as store:
-        record = store.get(key)
+        record = store._stored(key)  # the row as written
     assert record is not None
     return record.state, record.result
 

@@ -624,3 +624,59 @@ def test_a_meta_row_claiming_a_version_no_safeact_wrote_is_refused_untouched(
     with pytest.raises(StoreError, match=r"schema version 1, which no safeact wrote"):
         migrate_postgres(empty_schema)
     assert columns_of(empty_schema) == before
+
+
+def meta_version(dsn: str) -> int:
+    with psycopg.connect(dsn) as connection:
+        (version,) = connection.execute("SELECT version FROM safeact_meta").fetchone() or (0,)
+    return int(version)
+
+
+def test_a_migration_that_fails_is_rolled_back_and_says_what_to_do(empty_schema: str) -> None:
+    """A schema-2 database with a column of schema 3 added by hand: unchanged, and advice."""
+    with psycopg.connect(empty_schema) as connection:
+        connection.execute(POSTGRES_V2.read_text())
+        connection.execute(SCHEMA_2_ROW)
+        connection.execute("ALTER TABLE calls ADD COLUMN owner_pidns TEXT")
+    before = columns_of(empty_schema)
+    with pytest.raises(StoreError) as raised:
+        migrate_postgres(empty_schema)
+    assert str(raised.value) == (
+        f"{empty_schema}: migrating from schema 2 to {SCHEMA_VERSION} failed (column "
+        '"owner_pidns" of relation "calls" already exists); it was rolled back and the '
+        "database is unchanged, at schema 2. To do: its tables are not as a safeact of that "
+        "schema left them (changed outside safeact?): restore them from a backup, or report "
+        "it to safeact with this message"
+    )
+    assert columns_of(empty_schema) == before
+    assert meta_version(empty_schema) == 2
+
+
+CUT_AT_THE_VERSION = """
+CREATE FUNCTION cut_the_session() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN PERFORM pg_terminate_backend(pg_backend_pid()); RETURN NEW; END $$;
+CREATE TRIGGER cut_the_session BEFORE UPDATE ON safeact_meta
+FOR EACH ROW EXECUTE FUNCTION cut_the_session();
+"""
+"""The migrating session is ended by the server as the migration writes its new version."""
+
+
+def test_a_migration_whose_session_is_cut_says_to_run_it_again(empty_schema: str) -> None:
+    """Cut mid-migration: the error says it may or may not have committed; a rerun finishes."""
+    with psycopg.connect(empty_schema) as connection:
+        connection.execute(POSTGRES_V2.read_text())
+        connection.execute(CUT_AT_THE_VERSION)
+    with pytest.raises(StoreError) as raised:
+        migrate_postgres(empty_schema)
+    message = str(raised.value)
+    assert "\n" not in message
+    assert message.startswith(
+        f"{empty_schema}: migrating from schema 2 to {SCHEMA_VERSION} failed ("
+    )
+    assert message.endswith(
+        "; the connection was lost, so it may or may not have been committed: run `safeact "
+        "migrate` again, which finishes it or finds it done"
+    )
+    with psycopg.connect(empty_schema) as connection:
+        connection.execute("DROP TRIGGER cut_the_session ON safeact_meta")
+    assert migrate_postgres(empty_schema) == (2, SCHEMA_VERSION)

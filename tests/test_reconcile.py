@@ -297,7 +297,7 @@ def test_a_crash_inside_a_resolve_loses_nothing(
     killed = run_child(ledger, effects, KEY, "--resolve", decision, "--kill-at", "settling")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     with get_store(ledger) as store:
-        record = store.get(KEY)
+        record = store._stored(KEY)  # the row as written: the killed resolve changed nothing
         assert record is not None
         assert record.state is State.ATTEMPTING
         assert Why.RESOLVED not in whys(store, KEY)

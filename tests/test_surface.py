@@ -33,6 +33,8 @@ STORE_API = {
     "amend",
     "reconcile",
     "purge",
+    "export_history",
+    "archive_history",
     # the ledger itself
     "location",
     "owner",
@@ -107,6 +109,7 @@ NOT_FOR_A_CALL = {
     "temporalio",
     "pydantic_ai",
     "agents",
+    "opentelemetry",
 }
 """What ``import safeact`` must not load: the ledger, backends, sagas, probes, CLI, frameworks."""
 

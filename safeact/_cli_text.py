@@ -1,0 +1,301 @@
+"""How the ``safeact`` command shows things to people: pure functions from values to lines.
+
+Every cell and line that can hold a key, a tool's name, a note or an error message is
+``printable``: control and format characters are escaped, so no key can rewrite the
+terminal or break a table.
+"""
+
+from __future__ import annotations
+
+import json
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from safeact._protocol import UNSETTLED, Record, SagaRecord, State
+from safeact.exceptions import CorruptRecordError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterable, Mapping, Sequence
+
+    from safeact._history import Event
+
+__all__ = [
+    "age",
+    "corrupt_count",
+    "corrupt_lines",
+    "corrupt_section",
+    "count_row",
+    "doubt_table",
+    "event_line",
+    "field_lines",
+    "history_lines",
+    "late_section",
+    "ls_row",
+    "note",
+    "printable",
+    "saga_row",
+    "show_lines",
+    "size",
+    "table",
+    "when",
+]
+
+
+def when(moment: datetime | None) -> str:
+    """A time for people: UTC, ISO 8601, whole seconds (``-`` for none)."""
+    if moment is None:
+        return "-"
+    return moment.astimezone(UTC).replace(tzinfo=None).isoformat(timespec="seconds") + "Z"
+
+
+def age(elapsed: timedelta) -> str:
+    """A duration for people, in its two largest units: ``45s``, ``3m20s``, ``2d4h``."""
+    seconds = max(0, int(elapsed.total_seconds()))
+    parts: list[str] = []
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60), ("s", 1)):
+        if seconds >= size or (unit == "s" and not parts):
+            parts.append(f"{seconds // size}{unit}")
+            seconds %= size
+    return "".join(parts[:2])
+
+
+def printable(text: str) -> str:
+    r"""``text`` safe to show on a terminal: control and format characters as escapes.
+
+    A key is any string: raw, an escape sequence could move the cursor, rewrite earlier
+    lines or reverse the text that follows (U+202E), and a newline or a tab would break
+    the table it sits in. Each such character is shown as ``\xNN``, ``\uNNNN`` or
+    ``\UNNNNNNNN`` instead; ``--json`` gives the exact text.
+    """
+    if text.isprintable():
+        return text
+    return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def _escape(char: str) -> str:
+    code = ord(char)
+    if code <= 0xFF:
+        return f"\\x{code:02x}"
+    return f"\\u{code:04x}" if code <= 0xFFFF else f"\\U{code:08x}"
+
+
+def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
+    """Align ``rows`` under ``header`` in columns two spaces apart, every cell ``printable``."""
+    lines = [list(header), *([printable(cell) for cell in row] for row in rows)]
+    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return [
+        "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
+        for line in lines
+    ]
+
+
+def note(record: Record) -> str:
+    """What a person should know about a key beyond its state (as ``get`` reads it)."""
+    if record.doubt_reason is not None:
+        return f"in doubt: {record.doubt_reason.value}"
+    if record.state is State.FAILED:
+        return f"{record.error_type}: {record.error_message}"
+    if record.state is State.ATTEMPTING:
+        return f"running: process {record.owner.pid} on {record.owner.host}"
+    return ""
+
+
+def ls_row(found: Record | CorruptRecordError) -> list[str]:
+    """One key as ``ls`` cells: key, tool, state, attempted, finished, note (why in doubt)."""
+    if isinstance(found, CorruptRecordError):
+        return [found.subject, "?", "corrupt", "?", "?", found.problem]
+    return [
+        found.key,
+        found.tool,
+        found.state.value,
+        when(found.attempted_at),
+        when(found.finished_at),
+        note(found),
+    ]
+
+
+def saga_row(found: SagaRecord | CorruptRecordError) -> list[str]:
+    """One saga as ``sagas`` cells: id, state, steps, started, updated, aborted step, reason."""
+    if isinstance(found, CorruptRecordError):
+        return [found.subject, "corrupt", "?", "?", "?", "", found.problem]
+    return [
+        found.saga_id,
+        found.state.value,
+        str(len(found.steps)),
+        when(found.started_at),
+        when(found.updated_at),
+        found.aborted_step or "",
+        found.abort_reason or "",
+    ]
+
+
+def event_line(event: Event | CorruptRecordError) -> list[str]:
+    """One history event as table cells: time, from → to, why, by whom, note."""
+    if isinstance(event, CorruptRecordError):
+        return ["?", "(corrupt event)", "?", "?", event.problem]
+    from_state = "(new)" if event.from_state is None else event.from_state.value
+    to_state = "(purged)" if event.to_state is None else event.to_state.value
+    by = (
+        f"by operator on {event.host} (pid {event.pid})"
+        if event.by == "operator"
+        else f"by process {event.pid} on {event.host}"
+    )
+    return [when(event.at), f"{from_state} → {to_state}", event.why.value, by, event.note or ""]
+
+
+def show_lines(
+    record: Record,
+    recorded: State,
+    late: Sequence[Record | CorruptRecordError],
+    events: Sequence[Event | CorruptRecordError],
+) -> list[str]:
+    """Everything about one key: the record, its receipt, outcome, late completions, history.
+
+    ``record`` is the key as ``get`` reads it; ``recorded`` the state its row holds, shown
+    too when a crash left it ATTEMPTING and nobody has marked it in doubt yet.
+    """
+    owner = record.owner
+    state = record.state.value
+    if recorded is not record.state:
+        state += f" (recorded {recorded.value}: the next call, or safeact reconcile, marks it)"
+    fields = [
+        ("key", record.key),
+        ("state", state),
+        ("tool", record.tool),
+        ("attempted at", when(record.attempted_at)),
+        ("finished at", when(record.finished_at)),
+        ("args hash", record.args_hash),
+        ("attempt id", record.attempt_id),
+        ("owner", f"process {owner.pid} on {owner.host} (boot {owner.boot_id or '?'})"),
+    ]
+    if record.state in UNSETTLED:
+        fields.append(("lease until", when(record.lease_until)))
+    if record.doubt_reason is not None:
+        fields.append(("doubt reason", record.doubt_reason.value))
+    if record.state is State.SUCCEEDED:
+        fields.append(("result", json.dumps(record.result)))
+    if record.error_type is not None:
+        fields.append(("error", f"{record.error_type}: {record.error_message}"))
+    lines = field_lines(fields)
+    if late:
+        lines += [
+            "",
+            (
+                "late completions (an attempt finished after the key had moved on: closed by "
+                "an operator or a probe, or released and run again; the key's row is unchanged):"
+            ),
+        ]
+        lines += [f"  {late_line(done)}" for done in late]
+    return [*lines, "", "history:", *history_lines(events)]
+
+
+def field_lines(fields: Sequence[tuple[str, str]]) -> list[str]:
+    """Named values, one per line, the values aligned two spaces after the longest name."""
+    width = max(len(name) for name, _ in fields) + 2
+    return [f"{name.ljust(width)}{value}" for name, value in fields]
+
+
+def late_line(done: Record | CorruptRecordError) -> str:
+    """A late completion: its attempt, outcome and when; or, corrupt, what is wrong."""
+    if isinstance(done, CorruptRecordError):
+        return f"(corrupt) {done.problem}"
+    outcome = (
+        f"result {json.dumps(done.result)}"
+        if done.state is State.SUCCEEDED
+        else f"error {done.error_type}: {done.error_message}"
+    )
+    return f"attempt {done.attempt_id}: {done.state.value} at {when(done.finished_at)}, {outcome}"
+
+
+def corrupt_lines(
+    error: CorruptRecordError, events: Sequence[Event | CorruptRecordError]
+) -> list[str]:
+    """A key whose row cannot be read: what is wrong and what to do, then its history."""
+    fields = [("key", error.subject), ("corrupt", error.problem), ("what to do", error.fix)]
+    return [*field_lines(fields), "", "history:", *history_lines(events)]
+
+
+def history_lines(events: Sequence[Event | CorruptRecordError]) -> list[str]:
+    """A key's or a saga's history, one indented line per event."""
+    if not events:
+        return ["  (none: settled before the ledger kept histories)"]
+    return [
+        "  " + line
+        for line in table(["TIME", "CHANGE", "WHY", "BY", "NOTE"], map(event_line, events))[1:]
+    ]
+
+
+def corrupt_count(keys: int, sagas: int) -> list[str]:
+    """``stats``'s line on corrupt rows, which its counts leave out (nothing if none)."""
+    if not keys and not sagas:
+        return []
+    line = (
+        f"corrupt: {keys} key(s) and {sagas} saga(s), not counted above "
+        "(changed outside safeact; see safeact ls and safeact sagas)"
+    )
+    return [line]
+
+
+def count_row(name: str, counts: Mapping[State, int]) -> list[str]:
+    """A row of the stats table: how many keys ``name`` has in each state, and in all."""
+    return [name, *(str(counts.get(s, 0)) for s in State), str(sum(counts.values()))]
+
+
+def size(ledger: Path) -> tuple[int, str]:
+    """Bytes on disk of the ledger with its -wal and -shm files, and which files they are."""
+    parts = [ledger, ledger.with_name(f"{ledger.name}-wal"), ledger.with_name(f"{ledger.name}-shm")]
+    present = {part: part.stat().st_size for part in parts if part.exists()}
+    detail = ", ".join(f"{part.name} {n:,}" for part, n in present.items())
+    return sum(present.values()), detail
+
+
+def doubt_table(doubts: Sequence[Record], now: datetime) -> list[str]:
+    """A table of keys in doubt (as ``get`` reads them), with why and for how long."""
+    return table(
+        ["KEY", "TOOL", "STATE", "ATTEMPTED", "AGE", "REASON"],
+        [
+            [
+                r.key,
+                r.tool,
+                r.state.value,
+                when(r.attempted_at),
+                age(now - r.attempted_at),
+                "-" if r.doubt_reason is None else r.doubt_reason.value,
+            ]
+            for r in doubts
+        ],
+    )
+
+
+def corrupt_section(location: str, corrupt: Sequence[CorruptRecordError]) -> list[str]:
+    """``doubt``'s list of corrupt keys, with what is wrong with each (nothing if none)."""
+    if not corrupt:
+        return []
+    return [
+        "",
+        (
+            f"{len(corrupt)} corrupt key(s), changed outside safeact: nothing runs under them "
+            f"until they are mended; see safeact show {location} KEY"
+        ),
+        *(f"  {error.subject}  {error.problem}" for error in corrupt),
+    ]
+
+
+def late_section(location: str, late: Sequence[Record | CorruptRecordError]) -> list[str]:
+    """``doubt``'s list of late completions (nothing if none)."""
+    if not late:
+        return []
+    return [
+        "",
+        (
+            f"{len(late)} late completion(s): an owner finished after its key had "
+            f"moved on; see safeact show {location} KEY"
+        ),
+        *(
+            f"  {done.subject}  (corrupt) {done.problem}"
+            if isinstance(done, CorruptRecordError)
+            else f"  {done.key}  attempt {done.attempt_id}  {done.state.value}"
+            for done in late
+        ),
+    ]

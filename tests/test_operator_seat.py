@@ -1,0 +1,269 @@
+"""The operator's seat: every command in its own process, on both backends, agreeing.
+
+A key whose attempt's owner was killed is in doubt, with its reason, wherever keys are read:
+``get`` and the listings of the API, ``ls`` (its table, its ``--state`` filter, ``--json``),
+``doubt``, ``show``, ``stats``; before anybody has marked it, and after.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from safeact import DoubtReason, Saga, State, get_store, safe
+from safeact._cli import parser
+from tests.processes import run_child
+
+CRASHED = ["refund-3-crash", "refund-4-crash"]
+
+
+def run(*args: str | Path) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m safeact ARGS`` to the end."""
+    return subprocess.run(
+        [sys.executable, "-m", "safeact", *map(str, args)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+
+
+def refund(key: str, amount: int) -> int:
+    return amount
+
+
+@pytest.fixture
+def crashed(any_ledger: str, tmp_path: Path) -> str:
+    """A ledger with one settled key and two whose owners were SIGKILLed after the action."""
+    with get_store(any_ledger) as store:
+        refunding = safe(store, name="refund")(refund)
+        refunding("refund-1", 5)
+        with Saga("order-1", store) as saga:
+            saga.step(refunding, 7)
+    for key in CRASHED:
+        killed = run_child(any_ledger, tmp_path / "effects", key, "--kill-at", "after_call")
+        assert killed.returncode == -signal.SIGKILL, killed.stderr
+    return any_ledger
+
+
+def answers(ledger: str) -> dict[str, list[tuple[str, str | None]]]:
+    """What each way of reading the ledger says of the two crashed keys: (state, reason)."""
+    said: dict[str, list[tuple[str, str | None]]] = {}
+    with get_store(ledger) as store:
+        records = [store.get(key) for key in CRASHED]
+        said["get"] = [
+            (r.state.value, r.doubt_reason and r.doubt_reason.value) for r in records if r
+        ]
+        said["records(state=in_doubt)"] = [
+            (r.state.value, r.doubt_reason and r.doubt_reason.value)
+            for r in store.records(state=State.IN_DOUBT)
+        ]
+        said["list_in_doubt"] = [
+            (r.state.value, r.doubt_reason and r.doubt_reason.value) for r in store.list_in_doubt()
+        ]
+        assert store.records(state=State.ATTEMPTING) == []
+        counts = store.counts()
+        said["counts"] = [("in_doubt", None)] * counts[("tests.charge", State.IN_DOUBT)]
+        assert ("tests.charge", State.ATTEMPTING) not in counts
+    table = run("ls", ledger).stdout.splitlines()
+    said["ls"] = [
+        (line.split()[2], line.split("in doubt: ")[1]) for line in table if "-crash" in line
+    ]
+    filtered = run("ls", ledger, "--state", "in_doubt").stdout.splitlines()[1:]
+    said["ls --state in_doubt"] = [
+        (line.split()[2], line.split("in doubt: ")[1]) for line in filtered
+    ]
+    assert run("ls", ledger, "--state", "attempting").stdout.splitlines()[1:] == []
+    said["ls --json"] = [
+        (o["state"], o["doubt_reason"])
+        for o in map(json.loads, run("ls", ledger, "--json").stdout.splitlines())
+        if o["key"] in CRASHED
+    ]
+    doubt = run("doubt", ledger)
+    assert doubt.returncode == 1
+    said["doubt"] = [(line.split()[2], line.split()[-1]) for line in doubt.stdout.splitlines()[1:3]]
+    said["doubt --json"] = [
+        (o["state"], o["doubt_reason"])
+        for o in map(json.loads, run("doubt", ledger, "--json").stdout.splitlines())
+    ]
+    shown = [json.loads(run("show", ledger, key, "--json").stdout) for key in CRASHED]
+    said["show --json"] = [(s["record"]["state"], s["record"]["doubt_reason"]) for s in shown]
+    said["show"] = []
+    for key in CRASHED:
+        head = run("show", ledger, key).stdout.replace("doubt reason", "doubt_reason")
+        fields = dict(line.partition(" ")[::2] for line in head.split("\n\n")[0].splitlines())
+        said["show"].append((fields["state"].split()[0], fields["doubt_reason"].strip()))
+    stats = run("stats", ledger).stdout.splitlines()
+    header, every = stats[0].split(), stats[stats.index("") - 1].split()[1:]
+    per_state = dict(zip(header[1:], every[1:], strict=True))
+    assert per_state["ATTEMPTING"] == "0"
+    said["stats"] = [("in_doubt", None)] * int(per_state["IN_DOUBT"])
+    assert f"oldest in doubt: {CRASHED[0]}, attempted " in "\n".join(stats)
+    stats_json = json.loads(run("stats", ledger, "--json").stdout)
+    assert stats_json["all"]["attempting"] == 0
+    assert stats_json["oldest_in_doubt"]["key"] == CRASHED[0]
+    said["stats --json"] = [("in_doubt", None)] * stats_json["all"]["in_doubt"]
+    return said
+
+
+def test_every_command_and_the_api_agree_that_a_crashed_key_is_in_doubt(crashed: str) -> None:
+    """Killed owners' keys read as in_doubt/crashed everywhere, before and after marking."""
+    expected = [("in_doubt", "crashed")] * 2
+    counted = [("in_doubt", None)] * 2
+    for moment in ("before marking", "after reconcile marked them"):
+        said = answers(crashed)
+        assert {
+            name: answer
+            for name, answer in said.items()
+            if answer != (counted if name in ("counts", "stats", "stats --json") else expected)
+        } == {}, moment
+        shown = json.loads(run("show", crashed, CRASHED[0], "--json").stdout)
+        recorded = "attempting" if moment == "before marking" else "in_doubt"
+        assert shown["recorded_state"] == recorded
+        assert run("reconcile", crashed).returncode == 1
+
+
+def test_show_says_when_the_row_is_not_marked_yet(crashed: str) -> None:
+    """`show` of an unmarked crashed key gives the state as read and the state recorded."""
+    (state,) = [
+        line
+        for line in run("show", crashed, CRASHED[0]).stdout.splitlines()
+        if line.startswith("state")
+    ]
+    assert state.split(maxsplit=1)[1].startswith("in_doubt (recorded attempting: ")
+    with get_store(crashed) as store:
+        record = store.get(CRASHED[0])
+    assert record is not None
+    assert (record.state, record.doubt_reason) == (State.IN_DOUBT, DoubtReason.CRASHED)
+
+
+def subcommands() -> dict[str, argparse.ArgumentParser]:
+    (action,) = [a for a in parser()._actions if isinstance(a, argparse._SubParsersAction)]
+    return dict(action.choices)
+
+
+def test_every_command_has_json_and_every_option_has_help() -> None:
+    """Each command takes --json and names its shape; no option or argument lacks help."""
+    top = parser()
+    unhelped = [a.dest for a in top._actions if not a.help]
+    for name, sub in subcommands().items():
+        assert "--json" in sub._option_string_actions, name
+        assert "--json prints " in (sub.epilog or ""), name
+        unhelped += [f"{name} {a.dest}" for a in sub._actions if not a.help]
+    assert unhelped == []
+
+
+def test_version_names_the_installed_safeact() -> None:
+    """`safeact --version` prints the version of the installed distribution and exits 0."""
+    result = run("--version")
+    assert (result.returncode, result.stdout) == (
+        0,
+        f"safeact {importlib.metadata.version('safeact')}\n",
+    )
+
+
+def test_every_command_prints_json_of_its_documented_shape(crashed: str) -> None:
+    """--json of every command is JSON (one object, or one per line for the listings)."""
+    key = CRASHED[0]
+    objects = {
+        name: [json.loads(line) for line in run(*args, "--json").stdout.splitlines()]
+        for name, args in {
+            "ls": ("ls", crashed),
+            "show": ("show", crashed, key),
+            "doubt": ("doubt", crashed),
+            "sagas": ("sagas", crashed),
+            "stats": ("stats", crashed),
+            "purge": ("purge", crashed, "--older-than", "0s", "--dry-run"),
+            "reconcile": ("reconcile", crashed),
+            "resolve": ("resolve", crashed, key, "--happened", "--result", "7"),
+            "amend": ("amend", crashed, key, "--result", "8"),
+            "migrate": ("migrate", crashed),
+        }.items()
+    }
+    assert set(objects) | {"archive", "export"} == set(subcommands())
+    assert [o["key"] for o in objects["ls"]] == ["refund-1", "order-1:0:refund", *CRASHED]
+    assert objects["show"][0]["key"] == key
+    assert [e["why"] for e in objects["show"][0]["history"]] == ["claimed"]
+    assert [o["key"] for o in objects["doubt"]] == CRASHED
+    assert all(o["age_seconds"] >= 0 for o in objects["doubt"])
+    assert [(s["saga_id"], s["state"], s["steps"]) for s in objects["sagas"]] == [
+        ("order-1", "completed", ["order-1:0:refund"])
+    ]
+    assert objects["stats"][0]["tools"]["refund"]["succeeded"] == 2
+    assert objects["purge"] == [
+        {
+            "dry_run": True,
+            "older_than": objects["purge"][0]["older_than"],
+            "states": ["succeeded", "failed"],
+            "keys": ["order-1:0:refund", "refund-1"],
+            "sagas": ["order-1"],
+        }
+    ]
+    assert [o["key"] for o in objects["reconcile"][0]["in_doubt"]] == CRASHED
+    assert {e["why"] for e in objects["reconcile"][0]["events"]} <= {"crashed"}
+    (resolved,) = objects["resolve"]
+    assert (resolved["from_state"], resolved["to_state"], resolved["record"]["result"]) == (
+        "in_doubt",
+        "succeeded",
+        7,
+    )
+    assert (objects["amend"][0]["result"], objects["amend"][0]["record"]["result"]) == (8, 8)
+    (migrated,) = objects["migrate"]
+    assert migrated["from_schema"] == migrated["to_schema"]
+    assert migrated["backup"] is None
+
+
+UNSAFE = ["\x1b[2J\x1b[Hgone", "tab\there", "new\nline", "\u202eevil", "bell\x07"]
+
+
+def test_control_characters_in_keys_are_escaped_and_json_keeps_them(any_ledger: str) -> None:
+    """No command prints a key's control characters raw; --json gives the exact key."""
+    with get_store(any_ledger) as store:
+        paying = safe(store, name="pay\x1b[31m")(refund)
+        for key in UNSAFE:
+            paying(key, 1)
+    printed = "".join(
+        run(*args).stdout
+        for args in (
+            ("ls", any_ledger),
+            ("doubt", any_ledger),
+            ("stats", any_ledger),
+            *(("show", any_ledger, key) for key in UNSAFE),
+        )
+    )
+    assert [c for c in printed if not c.isprintable() and c != "\n"] == []
+    for escaped in ("\\x1b[2J\\x1b[Hgone", "tab\\x09here", "new\\x0aline", "\\u202eevil"):
+        assert escaped in printed
+    listed = run("ls", any_ledger)
+    assert len(listed.stdout.splitlines()) == 1 + len(UNSAFE)
+    keys = [json.loads(line)["key"] for line in run("ls", any_ledger, "--json").stdout.splitlines()]
+    assert sorted(keys) == sorted(UNSAFE)
+
+
+def test_archive_moves_settled_history_to_a_file_and_keeps_the_crashed_keys(
+    crashed: str, tmp_path: Path
+) -> None:
+    """`archive` writes old events as JSON lines, drops them, keeps unsettled keys' history."""
+    exported = run("export", crashed, "--before", "0s")
+    lines = [json.loads(line) for line in exported.stdout.splitlines()]
+    assert {line["subject"] for line in lines} == {"refund-1", "order-1", "order-1:0:refund"}
+    with get_store(crashed) as store:
+        assert [e.why.value for e in store.history("refund-1")] == ["claimed", "ran"]
+    archive = tmp_path / "history.jsonl"
+    result = run("archive", crashed, "--before", "0s", "--to", archive, "--json")
+    (summary,) = map(json.loads, result.stdout.splitlines())
+    assert (summary["kept_keys"], summary["file"]) == (CRASHED, str(archive))
+    archived = [json.loads(line) for line in archive.read_text().splitlines()]
+    assert summary["events"] == len(archived) == len(lines)
+    assert archived == lines
+    with get_store(crashed) as store:
+        assert store.history("refund-1") == []
+        for key in CRASHED:
+            assert [e.why.value for e in store.history(key)] == ["claimed"]

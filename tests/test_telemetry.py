@@ -1,0 +1,744 @@
+"""Telemetry: spans, metrics and log records of calls, saga steps, probes and resolves.
+
+With the real OpenTelemetry SDK: its global providers can be set once per process, so this
+module sets them once (an in-memory span exporter, an in-memory metric reader) and empties
+the exporter before each test; metrics are cumulative, so each test that reads them uses
+tool names of its own. Without OpenTelemetry, calls are checked in a fresh interpreter.
+"""
+
+import asyncio
+import logging
+import subprocess
+import sys
+import textwrap
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from opentelemetry import metrics, trace
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
+from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
+
+import safeact
+from safeact import (
+    DoubtReason,
+    Failed,
+    Happened,
+    InDoubt,
+    NotHappened,
+    NotProvenError,
+    Saga,
+    SagaFailed,
+    Store,
+    Succeeded,
+    Verdict,
+    get_store,
+    safe,
+)
+from safeact._tool import _Guard
+from safeact.otel import observe_in_doubt
+from tests.actions import Receipt, bury_owners, expire_leases
+
+
+@pytest.fixture(scope="module")
+def otel() -> Iterator[tuple[InMemorySpanExporter, InMemoryMetricReader]]:
+    """The process's OpenTelemetry SDK, set up once: spans kept in memory, metrics on demand."""
+    exporter = InMemorySpanExporter()
+    provider = trace.get_tracer_provider()
+    if not isinstance(provider, TracerProvider):
+        provider = TracerProvider()
+        trace.set_tracer_provider(provider)
+    provider.add_span_processor(SimpleSpanProcessor(exporter))
+    reader = InMemoryMetricReader()
+    meters = MeterProvider(metric_readers=[reader])
+    metrics.set_meter_provider(meters)
+    yield exporter, reader
+    exporter.shutdown()  # the rest of the session's spans are not kept
+    meters.shutdown()
+
+
+@pytest.fixture
+def spans(otel: tuple[InMemorySpanExporter, InMemoryMetricReader]) -> InMemorySpanExporter:
+    """The span exporter, emptied."""
+    exporter, _ = otel
+    exporter.clear()
+    return exporter
+
+
+@pytest.fixture
+def reader(otel: tuple[InMemorySpanExporter, InMemoryMetricReader]) -> InMemoryMetricReader:
+    return otel[1]
+
+
+def named(exporter: InMemorySpanExporter, name: str) -> list[ReadableSpan]:
+    return [span for span in exporter.get_finished_spans() if span.name == name]
+
+
+def attributes(span: ReadableSpan) -> dict[str, object]:
+    return dict(span.attributes or {})
+
+
+def parent_of(exporter: InMemorySpanExporter, span: ReadableSpan) -> ReadableSpan:
+    assert span.parent is not None, span.name
+    (parent,) = (
+        found
+        for found in exporter.get_finished_spans()
+        if found.context is not None and found.context.span_id == span.parent.span_id
+    )
+    return parent
+
+
+def left_in_doubt(store: Store, tool: _Guard[object], key: str, *args: object) -> None:
+    """Leave ``key`` as a crashed process leaves it: ATTEMPTING under an owner that is gone."""
+    store._claim(key, tool.name, tool._digest(key, args, {}), attempt_id="crashed", previous=None)
+    bury_owners(store)
+
+
+def points(reader: InMemoryMetricReader, name: str) -> dict[frozenset[tuple[str, object]], object]:
+    """The data points of metric ``name``, by their attributes (counters: their values)."""
+    found: dict[frozenset[tuple[str, object]], object] = {}
+    data = reader.get_metrics_data()
+    for resource in data.resource_metrics if data is not None else []:
+        for scope in resource.scope_metrics:
+            for metric in scope.metrics:
+                if metric.name == name:
+                    assert scope.scope.name == "safeact"
+                    for point in metric.data.data_points:
+                        key = frozenset(dict(point.attributes or {}).items())
+                        found[key] = getattr(point, "value", point)
+    return found
+
+
+def of(**attrs: object) -> frozenset[tuple[str, object]]:
+    return frozenset({f"safeact.{name}": value for name, value in attrs.items()}.items())
+
+
+def test_a_new_call_is_a_span_with_its_tool_key_outcome_and_attempt(
+    store: Store, spans: InMemorySpanExporter
+) -> None:
+    """A call that runs its action: one span, tracer safeact, with what the call came to."""
+
+    @safe(store, name="send")
+    def send(key: str, to: str) -> Receipt:
+        return Receipt(to, 5)
+
+    assert send("k-1", "a@b.c") == Succeeded("k-1", Receipt("a@b.c", 5))
+    (span,) = spans.get_finished_spans()
+    record = store.get("k-1")
+    assert record is not None
+    assert span.name == "safeact.call"
+    assert span.instrumentation_scope is not None
+    assert (span.instrumentation_scope.name, span.instrumentation_scope.version) == (
+        "safeact",
+        safeact.__version__,
+    )
+    assert attributes(span) == {
+        "safeact.tool": "send",
+        "safeact.key": "k-1",
+        "safeact.outcome": "succeeded",
+        "safeact.replayed": False,
+        "safeact.recorded": True,
+        "safeact.attempt_id": record.attempt_id,
+    }
+    assert span.status.status_code is StatusCode.UNSET
+
+
+def test_a_replay_is_a_span_marked_replayed_with_the_attempt_it_replays(
+    ledger: Path, spans: InMemorySpanExporter
+) -> None:
+    """A second call with the key: replayed=True, and the attempt that ran it."""
+
+    @safe(ledger, name="send")
+    def send(key: str) -> int:
+        return 1
+
+    send("k-1")
+    spans.clear()
+    assert send("k-1") == Succeeded("k-1", 1, replayed=True)
+    (span,) = named(spans, "safeact.call")
+    record = send.store.get("k-1")
+    assert record is not None
+    assert attributes(span)["safeact.replayed"] is True
+    assert attributes(span)["safeact.attempt_id"] == record.attempt_id
+
+
+def test_an_in_doubt_call_carries_its_reason_and_attempt(
+    store: Store, spans: InMemorySpanExporter
+) -> None:
+    """A call that finds its key's owner crashed: outcome in_doubt, the reason, the attempt."""
+
+    @safe(store, name="refund")
+    def refund(key: str) -> int:
+        return 1
+
+    left_in_doubt(store, refund, "k-1")
+    outcome = refund("k-1")
+    assert isinstance(outcome, InDoubt)
+    (span,) = named(spans, "safeact.call")
+    assert {
+        name: attributes(span).get(f"safeact.{name}")
+        for name in ("outcome", "doubt_reason", "attempt_id")
+    } == {"outcome": "in_doubt", "doubt_reason": "crashed", "attempt_id": "crashed"}
+    assert span.status.status_code is StatusCode.UNSET  # not known to have failed
+
+
+def test_a_failed_call_records_the_exception_and_an_error_status(
+    ledger: Path, spans: InMemorySpanExporter
+) -> None:
+    """The action raised: the span has its exception event and status ERROR."""
+
+    @safe(ledger, name="charge")
+    def charge(key: str) -> int:
+        raise ValueError("card declined")
+
+    assert isinstance(charge("k-1"), Failed)
+    (span,) = named(spans, "safeact.call")
+    assert attributes(span)["safeact.outcome"] == "failed"
+    assert attributes(span)["safeact.error_type"] == "ValueError"
+    assert (span.status.status_code, span.status.description) == (
+        StatusCode.ERROR,
+        "ValueError: card declined",
+    )
+    (event,) = span.events
+    assert event.name == "exception"
+    assert dict(event.attributes or {})["exception.type"] == "ValueError"
+    assert dict(event.attributes or {})["exception.message"] == "card declined"
+
+
+def test_an_exception_whose_str_breaks_still_gives_failed_with_telemetry_on(
+    ledger: Path, spans: InMemorySpanExporter
+) -> None:
+    """Recording an exception whose __str__ raises must not break the call it records."""
+
+    class UnprintableError(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError
+
+    @safe(ledger, name="charge")
+    def charge(key: str) -> int:
+        raise UnprintableError
+
+    outcome = charge("k-1")
+    assert isinstance(outcome, Failed)
+    (span,) = named(spans, "safeact.call")
+    assert span.status.status_code is StatusCode.ERROR
+    assert [event.name for event in span.events] == ["exception"]
+
+
+def test_an_interrupted_call_records_the_interrupt_without_calling_it_an_error(
+    ledger: Path, spans: InMemorySpanExporter
+) -> None:
+    """An interrupt propagates; the span has its exception event and is not ERROR."""
+
+    @safe(ledger, name="charge")
+    def charge(key: str) -> int:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        charge("k-1")
+    (span,) = named(spans, "safeact.call")
+    assert attributes(span)["safeact.error_type"] == "KeyboardInterrupt"
+    assert [event.name for event in span.events] == ["exception"]
+    assert span.status.status_code is StatusCode.UNSET
+
+
+def test_an_async_call_is_a_span_with_its_attempt(
+    ledger: Path, spans: InMemorySpanExporter
+) -> None:
+    """An awaited call: its span has the attempt claimed in the worker thread."""
+
+    @safe(ledger, name="send")
+    async def send(key: str) -> int:
+        await asyncio.sleep(0)
+        return 1
+
+    assert asyncio.run(send("k-1")) == Succeeded("k-1", 1)
+    (span,) = named(spans, "safeact.call")
+    record = send.store.get("k-1")
+    assert record is not None
+    assert attributes(span)["safeact.outcome"] == "succeeded"
+    assert attributes(span)["safeact.attempt_id"] == record.attempt_id
+
+
+def test_a_saga_step_and_its_compensation_are_spans_over_their_calls(
+    ledger: Path, spans: InMemorySpanExporter
+) -> None:
+    """Each step is a span over its call; the rollback's compensation too, with its step."""
+    undone: list[str] = []
+
+    def book(key: str, seat: str) -> str:
+        return f"booked {seat}"
+
+    def unbook(key: str, booking: str) -> None:
+        undone.append(booking)
+
+    def pay(key: str, amount: int) -> int:
+        raise RuntimeError("declined")
+
+    with pytest.raises(SagaFailed), Saga("trip-1", ledger) as saga:
+        saga.step(book, "12A", compensate=unbook)
+        saga.step(pay, 50)
+    assert undone == ["booked 12A"]
+    steps = named(spans, "safeact.saga.step")
+    assert [
+        (attributes(step)["safeact.key"], attributes(step)["safeact.outcome"]) for step in steps
+    ] == [("trip-1:0:book", "succeeded"), ("trip-1:1:pay", "failed")]
+    assert {attributes(step)["safeact.saga_id"] for step in steps} == {"trip-1"}
+    assert steps[1].status.status_code is StatusCode.ERROR
+    (undo,) = named(spans, "safeact.saga.compensate")
+    assert {
+        name: attributes(undo).get(f"safeact.{name}")
+        for name in ("saga_id", "step", "key", "outcome")
+    } == {
+        "saga_id": "trip-1",
+        "step": "trip-1:0:book",
+        "key": "trip-1:0:book:compensate",
+        "outcome": "succeeded",
+    }
+    calls = named(spans, "safeact.call")
+    assert [parent_of(spans, call).name for call in calls] == [
+        "safeact.saga.step",
+        "safeact.saga.step",
+        "safeact.saga.compensate",
+    ]
+
+
+def test_an_async_sagas_step_and_compensation_are_spans_over_their_calls(
+    ledger: Path, spans: InMemorySpanExporter
+) -> None:
+    """The same spans when the saga's steps and compensations are awaited."""
+
+    async def book(key: str, seat: str) -> str:
+        return f"booked {seat}"
+
+    async def unbook(key: str, booking: str) -> None:
+        await asyncio.sleep(0)
+
+    async def pay(key: str, amount: int) -> int:
+        raise RuntimeError("declined")
+
+    async def trip() -> None:
+        async with Saga("trip-2", ledger) as saga:
+            await saga.step(book, "12A", compensate=unbook)
+            await saga.step(pay, 50)
+
+    with pytest.raises(SagaFailed):
+        asyncio.run(trip())
+    steps = named(spans, "safeact.saga.step")
+    assert [
+        (attributes(step)["safeact.key"], attributes(step)["safeact.outcome"]) for step in steps
+    ] == [("trip-2:0:book", "succeeded"), ("trip-2:1:pay", "failed")]
+    (undo,) = named(spans, "safeact.saga.compensate")
+    assert (attributes(undo)["safeact.key"], attributes(undo)["safeact.outcome"]) == (
+        "trip-2:0:book:compensate",
+        "succeeded",
+    )
+    calls = named(spans, "safeact.call")
+    assert [parent_of(spans, call).name for call in calls] == [
+        "safeact.saga.step",
+        "safeact.saga.step",
+        "safeact.saga.compensate",
+    ]
+
+
+def test_a_probe_asked_by_reconcile_is_a_span_with_its_verdict(
+    ledger: Path, spans: InMemorySpanExporter
+) -> None:
+    """Store.reconcile asks a probe: a span with the key, the doubt and the verdict applied."""
+
+    @safe(ledger, name="charge")
+    def charge(key: str, amount: int) -> Receipt:
+        return Receipt("a@b.c", amount)
+
+    def probe(key: str, receipt: InDoubt) -> Verdict[Receipt]:
+        return Happened(Receipt("a@b.c", 5))
+
+    left_in_doubt(charge.store, charge, "k-1", 5)
+    charge.store.reconcile({"charge": probe})
+    (span,) = named(spans, "safeact.probe")
+    assert attributes(span) == {
+        "safeact.tool": "charge",
+        "safeact.key": "k-1",
+        "safeact.attempt_id": "crashed",
+        "safeact.doubt_reason": "crashed",
+        "safeact.verdict": "happened",
+        "safeact.history": "reconciled",
+        "safeact.state": "succeeded",
+    }
+    assert span.status.status_code is StatusCode.UNSET
+
+
+def test_a_probe_that_raises_records_its_exception_inside_the_calls_span(
+    ledger: Path, spans: InMemorySpanExporter
+) -> None:
+    """The tool's own probe, asked by a call: a child span, ERROR with the probe's exception."""
+
+    def probe(key: str, receipt: InDoubt) -> Verdict[int]:
+        raise ConnectionError("bank unreachable")
+
+    @safe(ledger, name="charge", reconcile=probe)
+    def charge(key: str) -> int:
+        return 1
+
+    left_in_doubt(charge.store, charge, "k-1")
+    assert isinstance(charge("k-1"), InDoubt)
+    (span,) = named(spans, "safeact.probe")
+    assert attributes(span)["safeact.verdict"] == "failed"
+    assert span.status.status_code is StatusCode.ERROR
+    (event,) = span.events
+    assert dict(event.attributes or {})["exception.type"] == "ConnectionError"
+    assert parent_of(spans, span).name == "safeact.call"
+
+
+def test_a_resolve_is_a_span_with_the_operators_decision(
+    store: Store, spans: InMemorySpanExporter
+) -> None:
+    """Store.resolve: a span with the key, its tool and attempt, the decision, the new state."""
+
+    @safe(store, name="charge")
+    def charge(key: str) -> int:
+        return 1
+
+    left_in_doubt(store, charge, "k-1")
+    store.resolve("k-1", happened=True, result=1)
+    (span,) = named(spans, "safeact.resolve")
+    assert attributes(span) == {
+        "safeact.key": "k-1",
+        "safeact.tool": "charge",
+        "safeact.decision": "happened",
+        "safeact.force": False,
+        "safeact.attempt_id": "crashed",
+        "safeact.state": "succeeded",
+    }
+
+
+def test_a_refused_resolve_of_a_tool_records_the_refusal(
+    ledger: Path, spans: InMemorySpanExporter
+) -> None:
+    """A tool's resolve refused (the owner is not proven gone): ERROR, with the exception."""
+
+    @safe(ledger, name="charge")
+    def charge(key: str) -> int:
+        return 1
+
+    charge.store._claim(
+        "k-1", "charge", charge._digest("k-1", (), {}), attempt_id="a", previous=None
+    )
+    expire_leases(charge.store)
+    with pytest.raises(NotProvenError):
+        charge.resolve("k-1", happened=False)
+    (span,) = named(spans, "safeact.resolve")
+    assert (attributes(span)["safeact.tool"], attributes(span)["safeact.decision"]) == (
+        "charge",
+        "not_happened",
+    )
+    assert span.status.status_code is StatusCode.ERROR
+    (event,) = span.events
+    assert dict(event.attributes or {})["exception.type"] == "safeact.exceptions.NotProvenError"
+
+
+def test_the_metrics_count_calls_replays_and_doubts_and_time_claims_and_fsyncs(
+    ledger: Path, reader: InMemoryMetricReader
+) -> None:
+    """After a known sequence of calls, each instrument holds exactly what happened."""
+
+    @safe(ledger, name="metered")
+    def act(key: str, error: str) -> int:
+        if error:
+            raise ValueError(error)
+        return 1
+
+    fsyncs_before = points(reader, "safeact.fsync.duration")
+    act("ok", "")
+    act("ok", "")
+    act("ok", "")
+    act("bad", "declined")
+    act("bad", "declined")
+    left_in_doubt(act.store, act, "lost", "")
+    act("lost", "")
+    tool = "metered"
+    assert {
+        attrs: value
+        for attrs, value in points(reader, "safeact.calls").items()
+        if ("safeact.tool", tool) in attrs
+    } == {
+        of(tool=tool, outcome="succeeded"): 3,
+        of(tool=tool, outcome="failed"): 2,
+        of(tool=tool, outcome="in_doubt"): 1,
+    }
+    assert {
+        attrs: value
+        for attrs, value in points(reader, "safeact.replays").items()
+        if ("safeact.tool", tool) in attrs
+    } == {of(tool=tool, outcome="succeeded"): 2, of(tool=tool, outcome="failed"): 1}
+    assert points(reader, "safeact.calls.in_doubt")[of(tool=tool, doubt_reason="crashed")] == 1
+    claims = points(reader, "safeact.claim.duration")[of(tool=tool)]
+    assert getattr(claims, "count", None) == 2  # "ok" and "bad": the replays claim nothing
+    assert 0 < getattr(claims, "sum", 0) < 10
+    (fsyncs,) = points(reader, "safeact.fsync.duration").values()
+    before = sum(getattr(point, "count", 0) for point in fsyncs_before.values())
+    assert getattr(fsyncs, "count", 0) - before >= 2  # each claim waited for one
+
+
+def test_the_gauge_reports_the_keys_in_doubt_of_an_observed_store(
+    store: Store, reader: InMemoryMetricReader
+) -> None:
+    """observe_in_doubt: the gauge holds the store's keys in doubt by tool, 0 once resolved."""
+
+    @safe(store, name="gauged")
+    def act(key: str) -> int:
+        return 1
+
+    observe_in_doubt(store)
+    where = {"ledger": store.location, "tool": "gauged"}
+
+    def gauge() -> object:
+        return points(reader, "safeact.keys.in_doubt").get(of(**where))
+
+    assert gauge() is None
+    left_in_doubt(store, act, "k-1")
+    left_in_doubt(store, act, "k-2")
+    assert gauge() == 2
+    store.resolve("k-1", happened=True, result=1)
+    store.resolve("k-2", happened=False)
+    assert gauge() == 0
+
+
+def test_log_records_carry_the_fields_at_their_levels(
+    ledger: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Succeeded at DEBUG, failed at INFO, in doubt at WARNING, each with its fields."""
+
+    @safe(ledger, name="logged")
+    def act(key: str, error: str) -> int:
+        if error:
+            raise ValueError(error)
+        return 1
+
+    caplog.set_level(logging.DEBUG, logger="safeact.events")
+    act("ok", "")
+    act("bad", "declined")
+    left_in_doubt(act.store, act, "lost", "")
+    act("lost", "")
+    records = [record for record in caplog.records if record.name == "safeact.events"]
+    ok = act.store.get("ok")
+    bad = act.store.get("bad")
+    assert ok is not None
+    assert bad is not None
+    fields = [
+        {name: value for name, value in vars(record).items() if name.startswith("safeact_")}
+        for record in records
+    ]
+    common = {"safeact_event": "call", "safeact_tool": "logged", "safeact_replayed": False}
+    assert [record.levelno for record in records] == [logging.DEBUG, logging.INFO, logging.WARNING]
+    assert fields == [
+        {
+            **common,
+            "safeact_key": "ok",
+            "safeact_outcome": "succeeded",
+            "safeact_recorded": True,
+            "safeact_attempt_id": ok.attempt_id,
+        },
+        {
+            **common,
+            "safeact_key": "bad",
+            "safeact_outcome": "failed",
+            "safeact_recorded": True,
+            "safeact_error_type": "ValueError",
+            "safeact_attempt_id": bad.attempt_id,
+        },
+        {
+            **common,
+            "safeact_key": "lost",
+            "safeact_outcome": "in_doubt",
+            "safeact_doubt_reason": DoubtReason.CRASHED.value,
+            "safeact_attempt_id": "crashed",
+        },
+    ]
+    assert records[2].getMessage() == "call logged 'lost': in doubt (crashed)"
+
+
+def test_a_busy_key_logs_at_info_and_an_unstored_result_at_warning(
+    ledger: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """In flight (its owner still runs) needs nobody: INFO; a result not stored does: WARNING."""
+
+    @safe(ledger, name="levels", wait=0)
+    def act(key: str) -> float:
+        return float("inf")  # JSON cannot hold it: the result is not stored
+
+    caplog.set_level(logging.DEBUG, logger="safeact.events")
+    act.store._claim("busy", "levels", act._digest("busy", (), {}), attempt_id="a", previous=None)
+    assert isinstance(act("busy"), InDoubt)
+    assert act("lost") == Succeeded("lost", float("inf"), recorded=False)
+    records = [record for record in caplog.records if record.name == "safeact.events"]
+    assert [(record.levelno, record.getMessage()) for record in records] == [
+        (logging.INFO, "call levels 'busy': in doubt (in_flight)"),
+        (logging.WARNING, "call levels 'lost': succeeded (not recorded)"),
+    ]
+
+
+def test_a_probes_not_happened_is_its_verdict_and_the_key_released(
+    ledger: Path, spans: InMemorySpanExporter
+) -> None:
+    """NotHappened on a crashed owner's key: verdict not_happened, the key released."""
+
+    @safe(ledger, name="charge")
+    def charge(key: str) -> int:
+        return 1
+
+    left_in_doubt(charge.store, charge, "k-1")
+
+    def probe(key: str, receipt: InDoubt) -> Verdict[int]:
+        return NotHappened()
+
+    charge.store.reconcile({"charge": probe})
+    (span,) = named(spans, "safeact.probe")
+    assert (attributes(span)["safeact.verdict"], attributes(span)["safeact.state"]) == (
+        "not_happened",
+        "released",
+    )
+
+
+def test_the_gauge_skips_a_closed_store(
+    tmp_path: Path, reader: InMemoryMetricReader, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A store closed after it was observed reports nothing; the open ones still report."""
+    closed = get_store(tmp_path / "closed.db")
+    observe_in_doubt(closed)
+    closed.close()
+    with get_store(tmp_path / "open.db") as store:
+
+        @safe(store, name="gauged.open")
+        def act(key: str) -> int:
+            return 1
+
+        observe_in_doubt(store)
+        left_in_doubt(store, act, "k-1")
+        found = points(reader, "safeact.keys.in_doubt")
+    assert found[of(ledger=store.location, tool="gauged.open")] == 1
+    assert not [attrs for attrs in found if ("safeact.ledger", closed.location) in attrs]
+    assert [record for record in caplog.records if record.levelno >= logging.WARNING] == []
+
+
+WITHOUT_OTEL = """
+import asyncio, logging, sys
+sys.modules["opentelemetry"] = None  # as if it were not installed: importing it fails
+import safeact
+from safeact import Happened, Saga, Succeeded, get_store, safe
+from safeact import _telemetry
+
+records = []
+factory = logging.getLogRecordFactory()
+def counted(*args, **kwargs):
+    record = factory(*args, **kwargs)
+    records.append(record)
+    return record
+logging.setLogRecordFactory(counted)
+
+store = get_store(sys.argv[1])
+
+@safe(store, name="plain")
+def plain(key: str) -> int:
+    return 1
+
+@safe(store, name="awaited")
+async def awaited(key: str) -> int:
+    return 2
+
+def undo(key: str, value: int) -> None:
+    pass
+
+logging.getLogger("safeact").setLevel(logging.ERROR)  # logging off
+assert _telemetry.call("plain", "k") is _telemetry.QUIET
+assert plain("k-1") == Succeeded("k-1", 1)
+assert asyncio.run(awaited("k-2")) == Succeeded("k-2", 2)
+assert records == [], records
+
+logging.getLogger("safeact").setLevel(logging.DEBUG)  # logging on, still no OpenTelemetry
+assert plain("k-1") == Succeeded("k-1", 1, replayed=True)
+try:
+    with Saga("s-1", store) as saga:
+        saga.step(plain, compensate=undo)
+        raise RuntimeError("abort")
+except safeact.SagaFailed:
+    pass
+store._claim("k-3", "plain", plain._digest("k-3", (), {}), attempt_id="a", previous=None)
+with store._transaction(sync=False) as db:
+    db.execute("UPDATE calls SET owner_started = -2 WHERE state = 'attempting'")
+assert isinstance(plain("k-3"), safeact.InDoubt)  # a WARNING: no handler prints it
+store.reconcile({"plain": lambda key, receipt: Happened(1)})
+try:
+    from safeact.otel import observe_in_doubt
+    observe_in_doubt(store)
+except ImportError as exc:
+    print("observe_in_doubt:", exc)
+events = [r for r in records if r.name == "safeact.events"]
+print(*sorted({r.safeact_event for r in events}))
+print(*sorted(m for m, v in sys.modules.items() if m.startswith("opentelemetry") and v))
+"""
+
+
+def test_without_opentelemetry_calls_work_and_nothing_of_it_loads(tmp_path: Path) -> None:
+    """OpenTelemetry unimportable: calls, sagas and probes work, and log; nothing of it loads."""
+    done = subprocess.run(
+        [sys.executable, "-c", WITHOUT_OTEL, str(tmp_path / "agent.db")],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stderr == ""  # no lastResort output either
+    assert done.stdout.splitlines() == [
+        "observe_in_doubt: observe_in_doubt needs OpenTelemetry's API: pip install 'safeact[otel]'",
+        "call compensation probe saga_step",
+        "",
+    ]
+
+
+def test_opentelemetry_loads_at_the_first_call_not_at_import(tmp_path: Path) -> None:
+    """``import safeact`` leaves OpenTelemetry unloaded; the first call decides and loads it."""
+    code = textwrap.dedent(
+        """
+        import sys
+        import safeact
+        print("opentelemetry" in sys.modules)
+        def act(key: str) -> None:
+            pass
+        tool = safeact.safe(sys.argv[1], name="t")(act)
+        print("opentelemetry" in sys.modules)
+        tool("k")
+        print("opentelemetry" in sys.modules)
+        """
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(tmp_path / "agent.db")],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.split() == ["False", "False", "True"]
+
+
+def test_the_attribute_names_are_under_the_safeact_namespace(
+    ledger: Path, spans: InMemorySpanExporter, reader: InMemoryMetricReader
+) -> None:
+    """Every attribute safeact sets on a span or a metric is named safeact.<field>."""
+
+    @safe(ledger, name="named")
+    def act(key: str) -> int:
+        return 1
+
+    act("k-1")
+    names: set[str] = set()
+    for span in spans.get_finished_spans():
+        names.update(attributes(span))
+    for metric in ("safeact.calls", "safeact.claim.duration"):
+        for attrs in points(reader, metric):
+            names.update(name for name, _ in attrs)
+    assert names
+    assert all(name.startswith("safeact.") for name in names), names
