@@ -367,7 +367,7 @@ def _result_check(store: Store, key: str) -> tuple[Callable[[object], JSON] | No
         return None, None  # the decision itself says the key is unknown
     found = find_tool(record.tool)
     if isinstance(found, str):
-        sys.stderr.write(
+        _warn(
             f"safeact: warning: the result is not checked against {record.tool}'s return "
             f"type ({found}); if it does not fit, replaying {key!r} says so: then correct "
             f"it with safeact amend\n"
@@ -566,7 +566,7 @@ def cmd_export(options: argparse.Namespace, store: Store) -> int:
         archived = store.export_history(sys.stdout, before=options.before)
     except (ValueError, TypeError) as exc:
         raise _UsageError(str(exc)) from None
-    sys.stderr.write(
+    _warn(
         f"safeact: exported {archived.events:,} event{'s' * (archived.events != 1)} recorded "
         f"before {when(options.before)}; nothing was dropped\n"
     )
@@ -621,6 +621,12 @@ def _print(lines: Iterable[str]) -> None:
     sys.stdout.write("".join(f"{printable(line)}\n" for line in lines))
 
 
+def _warn(text: str) -> None:
+    # stderr reaches the same terminal: a tool's name, a host or a key in a message is
+    # escaped like everything printed (the newline that ends the message is ours).
+    sys.stderr.write(printable(text.removesuffix("\n")) + "\n")
+
+
 def _print_json(objects: Iterable[dict[str, object]]) -> None:
     # ensure_ascii (the default) escapes every control character: a JSON line is one line.
     sys.stdout.write("".join(f"{json.dumps(found)}\n" for found in objects))
@@ -630,7 +636,7 @@ def report_corrupt(store: Store, found: Iterable[object]) -> int:
     """Say on stderr how many of ``found`` are corrupt rows (if any); return how many."""
     corrupt = sum(isinstance(item, CorruptRecordError) for item in found)
     if corrupt:
-        sys.stderr.write(
+        _warn(
             f"safeact: warning: {corrupt} corrupt row{'s' * (corrupt != 1)} in "
             f"{store.location}, shown as corrupt: changed outside safeact; restore from a "
             f"backup or mend by hand (safeact show {store.location} KEY says how)\n"
@@ -875,7 +881,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with open_store(options.ledger) as store:
             return _RUN[options.command](options, store)
     except (_UsageError, SafeError) as exc:
-        sys.stderr.write(f"safeact: error: {exc}\n")
+        _warn(f"safeact: error: {exc}\n")
         return 2
     except BrokenPipeError:  # `safeact ls big.db | head`: the reader left, which is fine
         # Point stdout at /dev/null, so the interpreter's last flush does not fail again.

@@ -83,7 +83,7 @@ class StoreHandle:
     open is not kept: each ``open`` tries again until one succeeds.
     """
 
-    __slots__ = ("_lock", "_store", "_where", "location")
+    __slots__ = ("_lock", "_pid", "_store", "_where", "location")
 
     location: str
     """Where the ledger is, as its store's ``location`` shows it (without a password)."""
@@ -96,6 +96,7 @@ class StoreHandle:
 
         """
         self._lock = threading.Lock()
+        self._pid = os.getpid()
         self._store: Store | None
         self._where: str | os.PathLike[str]
         if isinstance(ledger, Store):
@@ -103,8 +104,12 @@ class StoreHandle:
             self._where = self.location = ledger.location
         else:
             self._store = None
-            self._where = ledger
             self.location = _shown(ledger)
+            # A relative path names a file in the working directory of now, when the tool
+            # is made: a chdir before the first call (a daemon's, say) must not move the
+            # ledger, or a key recorded in one file would run again against another.
+            postgres = isinstance(ledger, str) and names_postgres(ledger)
+            self._where = ledger if postgres else Path(ledger).absolute()
 
     def open(self) -> Store:
         """The store, opened now if this is its first use.
@@ -115,11 +120,20 @@ class StoreHandle:
         """
         store = self._store
         if store is None:
+            if self._pid != os.getpid():
+                # Forked while another thread may have held the lock: the child's copy
+                # would stay locked forever, and no thread of the child holds it.
+                self._lock, self._pid = threading.Lock(), os.getpid()
             with self._lock:
                 if self._store is None:
                     self._store = get_store(self._where)
                 store = self._store
         return store
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the store is open already (``open`` then neither blocks nor connects)."""
+        return self._store is not None
 
     def __repr__(self) -> str:
         store = self._store

@@ -195,7 +195,14 @@ class Saga:
     ) -> object:
         with self._refusing():
             index = self._run.take_index()
-            tool, name, undo = self._tools_of(fn, compensate)
+            if _unopened(fn, compensate):
+                import asyncio  # noqa: PLC0415 - loaded with the first async call
+
+                # Checking the tool's ledger opens it at its first use, which may connect
+                # (up to the connect timeout): in a worker thread, never on the event loop.
+                tool, name, undo = await asyncio.to_thread(self._tools_of, fn, compensate)
+            else:
+                tool, name, undo = self._tools_of(fn, compensate)
             key = await self._drive_async(self._run.begin_step(index, name, undo))
             with telemetry.saga_step(self.saga_id, key, tool.name) as watch:
                 outcome = watch.ended(await _call(tool, key, args, kwargs))
@@ -326,6 +333,14 @@ def _call_sync(
     if isinstance(tool, AsyncSafeTool):
         return asyncio.run(tool(key, *args, **kwargs))
     return tool(key, *args, **kwargs)
+
+
+def _unopened(*fns: object) -> bool:
+    """Whether any of ``fns`` is a tool whose ledger is not open yet."""
+    return any(
+        isinstance(fn, SafeTool | AsyncSafeTool) and not fn._held.is_open  # noqa: SLF001 - the saga checks its tools' ledgers
+        for fn in fns
+    )
 
 
 async def _call(

@@ -89,6 +89,9 @@ class SqliteStore(Store):
         """Open (or create) the ledger; see ``get_store``."""
         super().__init__(lease=lease, heartbeat=heartbeat, host=host)
         self._path = Path(path)
+        # Every connection, in whatever thread and after whatever chdir, opens the file the
+        # store was opened on: a relative path is fixed against the directory of now.
+        self._file = self._path.absolute()
         self._fsync_attempts = fsync_attempts
         self._local = threading.local()
         self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
@@ -208,7 +211,7 @@ class SqliteStore(Store):
     def _create_file(self) -> None:
         """Create the ledger file with owner-only permissions, if it does not exist."""
         try:
-            fd = os.open(self._path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
+            fd = os.open(self._file, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o600)
         except FileExistsError:
             return
         except (OSError, ValueError) as exc:
@@ -228,7 +231,7 @@ class SqliteStore(Store):
     def _open(self) -> _Connection:
         with self._errors():
             connection = sqlite3.connect(
-                self._path, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT
+                self._file, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT
             )
         try:
             with self._errors():

@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 import safeact._open
-from safeact import Store, StoreError, Succeeded, get_store, safe
+from safeact import Saga, Store, StoreError, Succeeded, get_store, safe
 from tests.conftest import postgres_or_skip
 
 TIMEOUT = 2
@@ -434,3 +434,104 @@ def test_a_postgres_tools_repr_never_shows_the_password(closed_port: int) -> Non
         "<SafeTool tests.test_fail_fast.seven on "
         f"<ledger postgresql://app:***@127.0.0.1:{closed_port}/x, not opened yet>>"
     )
+
+
+def pay(key: str, amount: int) -> int:
+    return amount
+
+
+def test_a_relative_ledger_path_names_the_file_of_the_directory_the_tool_was_made_in(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A chdir between making a tool and its first call does not move its ledger."""
+    made_in, later = tmp_path / "made-in", tmp_path / "later"
+    made_in.mkdir()
+    later.mkdir()
+    monkeypatch.chdir(made_in)
+    with get_store("agent.db") as store:
+        safe(store, name="pay")(pay)("order-42", 5)
+    tool = safe("agent.db", name="pay")(pay)
+    monkeypatch.chdir(later)
+    outcome = tool("order-42", 5)
+    tool.store.close()
+    assert isinstance(outcome, Succeeded)
+    assert outcome.replayed
+    assert list(later.iterdir()) == []
+
+
+def test_a_thread_after_a_chdir_uses_the_ledger_the_store_was_opened_on(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A store opened on a relative path connects each new thread to that same file."""
+    made_in, later = tmp_path / "made-in", tmp_path / "later"
+    made_in.mkdir()
+    later.mkdir()
+    monkeypatch.chdir(made_in)
+    with get_store("agent.db") as store:
+        paying = safe(store, name="pay")(pay)
+        paying("order-42", 5)
+        monkeypatch.chdir(later)
+        outcomes: list[object] = []
+        worker = threading.Thread(target=lambda: outcomes.append(paying("order-42", 5)))
+        worker.start()
+        worker.join()
+    (outcome,) = outcomes
+    assert isinstance(outcome, Succeeded)
+    assert outcome.replayed
+    assert list(later.iterdir()) == []
+
+
+FORK_CHILD = """
+import os, signal, sys, threading
+from safeact._open import StoreHandle
+
+handle = StoreHandle(sys.argv[1])
+handle._lock.acquire()  # another thread is opening the store when the process forks
+pid = os.fork()
+if pid == 0:
+    signal.alarm(20)  # a deadlocked child dies of SIGALRM instead of hanging the test
+    handle.open().close()
+    os._exit(0)
+_, status = os.waitpid(pid, 0)
+sys.exit(os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_child_forked_while_its_parent_was_opening_the_store_can_open_it(
+    tmp_path: Path,
+) -> None:
+    """The handle's lock, held by another thread at fork, does not lock the child out."""
+    result = subprocess.run(
+        [sys.executable, "-c", FORK_CHILD, str(tmp_path / "agent.db")],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+
+
+def test_an_async_saga_step_opens_its_tools_ledger_off_the_event_loop(
+    any_ledger: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool held by location, first used as an async saga's step, opens in a worker thread."""
+    opened_in: list[threading.Thread] = []
+    real = safeact._open.get_store
+
+    def watched(location: str | os.PathLike[str]) -> Store:
+        opened_in.append(threading.current_thread())
+        return real(location)
+
+    monkeypatch.setattr(safeact._open, "get_store", watched)
+    tool = safe(any_ledger, name="seven")(seven_async)
+
+    async def saga() -> object:
+        async with Saga("order-1", any_ledger) as run:
+            return await run.step(tool)
+
+    try:
+        assert asyncio.run(saga()) == 7
+        assert opened_in != []
+        assert threading.main_thread() not in opened_in
+    finally:
+        tool.store.close()

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import re
 import signal
 import subprocess
 import sys
@@ -17,8 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from safeact import DoubtReason, Saga, State, get_store, safe
+from safeact import DoubtReason, Saga, SagaState, State, get_store, safe
 from safeact._cli import parser
+from safeact._cli_json import _RECORD, SCHEMAS
+from tests.actions import bury_owners
 from tests.processes import run_child
 
 CRASHED = ["refund-3-crash", "refund-4-crash"]
@@ -218,6 +221,21 @@ def test_every_command_prints_json_of_its_documented_shape(crashed: str) -> None
     (migrated,) = objects["migrate"]
     assert migrated["from_schema"] == migrated["to_schema"]
     assert migrated["backup"] is None
+    for name, found in objects.items():
+        assert undocumented(name, found) == set(), name
+
+
+def undocumented(command: str, found: object) -> set[str]:
+    """The fields in ``found`` (nested too) that the command's documented shape never names."""
+    named = set(re.findall(r"[a-z_]+", SCHEMAS[command])) | set(re.findall(r"[a-z_]+", _RECORD))
+    named |= {s.value for s in State} | {s.value for s in SagaState}  # STATE: N in stats
+    if isinstance(found, list):
+        return set().union(*(undocumented(command, item) for item in found))
+    if isinstance(found, dict):
+        return {field for field in found if field not in named and not field[0].isupper()}.union(
+            *(undocumented(command, value) for field, value in found.items() if field != "tools")
+        )
+    return set()
 
 
 UNSAFE = ["\x1b[2J\x1b[Hgone", "tab\there", "new\nline", "\u202eevil", "bell\x07"]
@@ -229,22 +247,29 @@ def test_control_characters_in_keys_are_escaped_and_json_keeps_them(any_ledger: 
         paying = safe(store, name="pay\x1b[31m")(refund)
         for key in UNSAFE:
             paying(key, 1)
-    printed = "".join(
-        run(*args).stdout
+        store._claim(UNSAFE[0] + "-lost", "pay\x1b[31m", "h", attempt_id="dead", previous=None)
+        bury_owners(store)
+    results = [
+        run(*args)
         for args in (
             ("ls", any_ledger),
             ("doubt", any_ledger),
             ("stats", any_ledger),
+            ("resolve", any_ledger, UNSAFE[0] + "-lost", "--happened", "--result", "1"),
+            ("amend", any_ledger, UNSAFE[0] + "-lost", "--result", "2"),
+            ("resolve", any_ledger, UNSAFE[0], "--not-happened"),
             *(("show", any_ledger, key) for key in UNSAFE),
         )
-    )
+    ]
+    printed = "".join(result.stdout + result.stderr for result in results)
+    assert "pay\\x1b[31m" in "".join(result.stderr for result in results)
     assert [c for c in printed if not c.isprintable() and c != "\n"] == []
     for escaped in ("\\x1b[2J\\x1b[Hgone", "tab\\x09here", "new\\x0aline", "\\u202eevil"):
         assert escaped in printed
     listed = run("ls", any_ledger)
-    assert len(listed.stdout.splitlines()) == 1 + len(UNSAFE)
+    assert len(listed.stdout.splitlines()) == 2 + len(UNSAFE)
     keys = [json.loads(line)["key"] for line in run("ls", any_ledger, "--json").stdout.splitlines()]
-    assert sorted(keys) == sorted(UNSAFE)
+    assert sorted(keys) == sorted([*UNSAFE, UNSAFE[0] + "-lost"])
 
 
 def test_archive_moves_settled_history_to_a_file_and_keeps_the_crashed_keys(

@@ -760,14 +760,14 @@ class LedgerMachine(RuleBasedStateMachine):
                 if event.why is not Why.LATE_COMPLETION:
                     assert event.from_state is state, event
                     state = event.to_state
-            record = self.store.get(key)
+            record = self.store._stored(key)  # the row as written: what the history leads to
             assert state is (record.state if record else None)
 
     @invariant()
     def ledger_matches_model(self) -> None:
         """Every key is in the state the model says, and a succeeded key holds its value."""
         for key, known in self.model.items():
-            record = self.store.get(key)
+            record = self.store._stored(key)  # the model is of the row as written
             assert (record.state if record else None) is known.state
             if record is not None and known.state is State.SUCCEEDED:
                 assert known.value is not None
