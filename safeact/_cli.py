@@ -304,7 +304,9 @@ def cmd_resolve(options: argparse.Namespace, store: Store) -> int:
     if options.force and options.happened:
         raise _UsageError("--force goes with --not-happened: --happened needs no proof")
     before = store.get(options.key)
-    encode, tool = _result_check(store, options.key) if options.happened else (None, None)
+    encode, tool, unchecked = (
+        _result_check(store, options.key) if options.happened else (None, None, None)
+    )
     try:
         after = store._decide(  # noqa: SLF001 - the command line is the operator's seat
             options.key,
@@ -318,6 +320,8 @@ def cmd_resolve(options: argparse.Namespace, store: Store) -> int:
         )
     except (ValueError, TypeError) as exc:
         raise _UsageError(str(exc)) from None
+    if unchecked is not None:
+        _warn(unchecked)
     if options.json:
         _print_json([transition_json(before, after)])
     else:
@@ -327,7 +331,7 @@ def cmd_resolve(options: argparse.Namespace, store: Store) -> int:
 
 
 def cmd_amend(options: argparse.Namespace, store: Store) -> int:
-    encode, tool = _result_check(store, options.key)
+    encode, tool, unchecked = _result_check(store, options.key)
     try:
         after = store._amend(  # noqa: SLF001 - the command line is the operator's seat
             options.key,
@@ -338,6 +342,8 @@ def cmd_amend(options: argparse.Namespace, store: Store) -> int:
         )
     except (ValueError, TypeError) as exc:
         raise _UsageError(str(exc)) from None
+    if unchecked is not None:
+        _warn(unchecked)
     if options.json:
         _print_json([{"key": after.key, "result": after.result, "record": record_json(after)}])
     else:
@@ -355,25 +361,28 @@ def transition_json(before: Record | None, after: Record) -> dict[str, object]:
     }
 
 
-def _result_check(store: Store, key: str) -> tuple[Callable[[object], JSON] | None, str | None]:
+def _result_check(
+    store: Store, key: str
+) -> tuple[Callable[[object], JSON] | None, str | None, str | None]:
     """How to store an operator's result for ``key``: checked by its tool if it can be found.
 
-    Returns the tool's checking encoder and name, or ``(None, None)`` after saying on stderr
-    why the result goes in unchecked (a misfit then shows when the key is replayed, with
-    the advice to amend it).
+    Returns the tool's checking encoder and name, or ``(None, None, warning)``: the result
+    goes in unchecked (a misfit then shows when the key is replayed, with the advice to
+    amend it), and the warning, for stderr once the decision is made, says why. A refused
+    decision prints only its error.
     """
     record = store.get(key)
     if record is None:
-        return None, None  # the decision itself says the key is unknown
+        return None, None, None  # the decision itself says the key is unknown
     found = find_tool(record.tool)
     if isinstance(found, str):
-        _warn(
+        warning = (
             f"safeact: warning: the result is not checked against {record.tool}'s return "
             f"type ({found}); if it does not fit, replaying {key!r} says so: then correct "
-            f"it with safeact amend\n"
+            f"it with safeact amend"
         )
-        return None, None
-    return found._checked_json, found.name  # noqa: SLF001 - the command line is the operator's seat
+        return None, None, warning
+    return found._checked_json, found.name, None  # noqa: SLF001 - the command line is the operator's seat
 
 
 def find_tool(name: str) -> _Guard[object] | str:

@@ -14,6 +14,7 @@ import re
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -292,3 +293,269 @@ def test_archive_moves_settled_history_to_a_file_and_keeps_the_crashed_keys(
         assert store.history("refund-1") == []
         for key in CRASHED:
             assert [e.why.value for e in store.history(key)] == ["claimed"]
+
+
+def seeded(ledger: str) -> None:
+    """refund-1 succeeded, mail-1 failed, order-1 a completed saga, lost-1 under a dead owner."""
+
+    def mail(key: str) -> None:
+        raise RuntimeError("smtp down")
+
+    with get_store(ledger) as store:
+        refunding = safe(store, name="refund")(refund)
+        refunding("refund-1", 5)
+        safe(store, name="mail")(mail)("mail-1")
+        with Saga("order-1", store) as saga:
+            saga.step(refunding, 7)
+        store._claim("lost-1", "refund", "h", attempt_id="dead", previous=None)
+        bury_owners(store)
+
+
+def keys_listed(out: str) -> list[str]:
+    return [line.split()[0] for line in out.splitlines()[1:]]
+
+
+PROBES = """
+from safeact import Happened
+PROBES = {"refund": lambda *_: Happened(5)}
+"""
+
+# Each option of each command, run in its own process on a seeded ledger of each backend:
+# (command line after the program, exit code, what its output must show). LEDGER and DIR
+# stand for the ledger and a scratch directory.
+CASES: dict[tuple[str, str], tuple[list[str], int, Callable[[str], bool]]] = {
+    ("ls", "ledger"): (["ls", "LEDGER"], 0, lambda out: len(keys_listed(out)) == 4),
+    ("ls", "--state"): (
+        ["ls", "LEDGER", "--state", "failed"],
+        0,
+        lambda out: keys_listed(out) == ["mail-1"],
+    ),
+    ("ls", "--tool"): (
+        ["ls", "LEDGER", "--tool", "mail"],
+        0,
+        lambda out: keys_listed(out) == ["mail-1"],
+    ),
+    ("ls", "--since"): (
+        ["ls", "LEDGER", "--since", "2999-01-01"],
+        0,
+        lambda out: keys_listed(out) == [],
+    ),
+    ("ls", "--json"): (
+        ["ls", "LEDGER", "--json"],
+        0,
+        lambda out: (
+            {json.loads(line)["state"] for line in out.splitlines()}
+            == {"succeeded", "failed", "in_doubt"}
+        ),
+    ),
+    ("show", "ledger"): (["show", "LEDGER", "mail-1"], 0, lambda out: "smtp down" in out),
+    ("show", "key"): (["show", "LEDGER", "lost-1"], 0, lambda out: "doubt reason  crashed" in out),
+    ("show", "--json"): (
+        ["show", "LEDGER", "lost-1", "--json"],
+        0,
+        lambda out: json.loads(out)["recorded_state"] == "attempting",
+    ),
+    ("doubt", "ledger"): (
+        ["doubt", "LEDGER"],
+        1,
+        lambda out: out.splitlines()[1].split()[:3] == ["lost-1", "refund", "in_doubt"],
+    ),
+    ("doubt", "--json"): (
+        ["doubt", "LEDGER", "--json"],
+        1,
+        lambda out: [json.loads(line)["key"] for line in out.splitlines()] == ["lost-1"],
+    ),
+    ("resolve", "ledger"): (
+        ["resolve", "LEDGER", "lost-1", "--not-happened"],
+        0,
+        lambda out: out == "lost-1: in_doubt → released\n",
+    ),
+    ("resolve", "key"): (
+        ["resolve", "LEDGER", "refund-1", "--not-happened"],
+        2,
+        lambda out: out == "",
+    ),
+    ("resolve", "--happened"): (
+        ["resolve", "LEDGER", "lost-1", "--happened", "--result", "5"],
+        0,
+        lambda out: out == "lost-1: in_doubt → succeeded\n",
+    ),
+    ("resolve", "--not-happened"): (
+        ["resolve", "LEDGER", "lost-1", "--not-happened", "--json"],
+        0,
+        lambda out: json.loads(out)["to_state"] == "released",
+    ),
+    ("resolve", "--result"): (
+        ["resolve", "LEDGER", "lost-1", "--happened", "--result", "6", "--json"],
+        0,
+        lambda out: json.loads(out)["record"]["result"] == 6,
+    ),
+    ("resolve", "--note"): (
+        ["resolve", "LEDGER", "lost-1", "--not-happened", "--note", "no such payment"],
+        0,
+        lambda out: out.startswith("lost-1: "),
+    ),
+    ("resolve", "--attempt"): (
+        ["resolve", "LEDGER", "lost-1", "--not-happened", "--attempt", "other"],
+        2,
+        lambda out: out == "",
+    ),
+    ("resolve", "--force"): (
+        ["resolve", "LEDGER", "lost-1", "--not-happened", "--force"],
+        0,
+        lambda out: out == "lost-1: in_doubt → released\n",
+    ),
+    ("resolve", "--json"): (
+        ["resolve", "LEDGER", "lost-1", "--not-happened", "--json"],
+        0,
+        lambda out: json.loads(out)["from_state"] == "in_doubt",
+    ),
+    ("amend", "ledger"): (
+        ["amend", "LEDGER", "refund-1", "--result", "9"],
+        2,
+        lambda out: out == "",
+    ),
+    ("amend", "key"): (["amend", "LEDGER", "nope", "--result", "9"], 2, lambda out: out == ""),
+    ("amend", "--result"): (
+        ["amend", "LEDGER", "refund-1", "--result", "not json"],
+        2,
+        lambda out: out == "",
+    ),
+    ("amend", "--note"): (
+        ["amend", "LEDGER", "mail-1", "--result", "1", "--note", "why"],
+        2,
+        lambda out: out == "",
+    ),
+    ("amend", "--json"): (
+        ["amend", "LEDGER", "refund-1", "--result", "9", "--json"],
+        2,
+        lambda out: out == "",
+    ),
+    ("sagas", "ledger"): (["sagas", "LEDGER"], 0, lambda out: keys_listed(out) == ["order-1"]),
+    ("sagas", "--state"): (
+        ["sagas", "LEDGER", "--state", "compensating"],
+        0,
+        lambda out: keys_listed(out) == [],
+    ),
+    ("sagas", "--json"): (
+        ["sagas", "LEDGER", "--json"],
+        0,
+        lambda out: json.loads(out)["state"] == "completed",
+    ),
+    ("purge", "ledger"): (
+        ["purge", "LEDGER", "--older-than", "0s"],
+        0,
+        lambda out: out.startswith("removed 3 keys and 1 saga "),
+    ),
+    ("purge", "--older-than"): (
+        ["purge", "LEDGER", "--older-than", "2000-01-01"],
+        0,
+        lambda out: out.startswith("removed 0 keys and 0 sagas "),
+    ),
+    ("purge", "--state"): (
+        ["purge", "LEDGER", "--older-than", "0s", "--state", "failed", "--dry-run"],
+        0,
+        lambda out: out.splitlines()[1:] == ["  key   mail-1", "  saga  order-1"],
+    ),
+    ("purge", "--dry-run"): (
+        ["purge", "LEDGER", "--older-than", "0s", "--dry-run"],
+        0,
+        lambda out: out.startswith("would remove 3 keys and 1 saga "),
+    ),
+    ("purge", "--json"): (
+        ["purge", "LEDGER", "--older-than", "0s", "--json"],
+        0,
+        lambda out: json.loads(out)["sagas"] == ["order-1"],
+    ),
+    ("stats", "ledger"): (["stats", "LEDGER"], 0, lambda out: "(all tools)" in out),
+    ("stats", "--json"): (
+        ["stats", "LEDGER", "--json"],
+        0,
+        lambda out: json.loads(out)["all"]["in_doubt"] == 1,
+    ),
+    ("reconcile", "ledger"): (["reconcile", "LEDGER"], 1, lambda out: "still in doubt: 1" in out),
+    ("reconcile", "--probes"): (
+        ["reconcile", "LEDGER", "--probes", "DIR/probes.py:PROBES"],
+        0,
+        lambda out: "nothing left in doubt" in out,
+    ),
+    ("reconcile", "--json"): (
+        ["reconcile", "LEDGER", "--probes", "DIR/probes.py:PROBES", "--json"],
+        0,
+        lambda out: [e["why"] for e in json.loads(out)["events"]] == ["reconciled"],
+    ),
+    ("archive", "ledger"): (
+        ["archive", "LEDGER", "--before", "0s", "--to", "DIR/h.jsonl"],
+        0,
+        lambda out: "kept the history of" in out and "  key   lost-1" in out,
+    ),
+    ("archive", "--before"): (
+        ["archive", "LEDGER", "--before", "2000-01-01", "--to", "DIR/h.jsonl"],
+        0,
+        lambda out: out.startswith("archived 0 events "),
+    ),
+    ("archive", "--to"): (
+        ["archive", "LEDGER", "--before", "0s", "--to", "DIR"],
+        2,
+        lambda out: out == "",
+    ),
+    ("archive", "--batch"): (
+        ["archive", "LEDGER", "--before", "0s", "--to", "DIR/h.jsonl", "--batch", "1", "--json"],
+        0,
+        lambda out: json.loads(out)["events"] > 1,
+    ),
+    ("archive", "--json"): (
+        ["archive", "LEDGER", "--before", "0s", "--to", "DIR/h.jsonl", "--json"],
+        0,
+        lambda out: json.loads(out)["kept_keys"] == ["lost-1"],
+    ),
+    ("export", "ledger"): (
+        ["export", "LEDGER", "--before", "0s"],
+        0,
+        lambda out: {json.loads(line)["subject"] for line in out.splitlines()} >= {"mail-1"},
+    ),
+    ("export", "--before"): (
+        ["export", "LEDGER", "--before", "2000-01-01"],
+        0,
+        lambda out: out == "",
+    ),
+    ("export", "--json"): (
+        ["export", "LEDGER", "--before", "0s", "--json"],
+        0,
+        lambda out: all(json.loads(line)["seq"] for line in out.splitlines()),
+    ),
+    ("migrate", "ledger"): (["migrate", "LEDGER"], 0, lambda out: "already at schema" in out),
+    ("migrate", "--json"): (
+        ["migrate", "LEDGER", "--json"],
+        0,
+        lambda out: json.loads(out)["from_schema"] == json.loads(out)["to_schema"],
+    ),
+}
+
+
+def test_every_option_of_every_command_has_a_case() -> None:
+    """CASES names each option and positional argument of every command, and no other."""
+    options = {
+        (name, action.option_strings[0] if action.option_strings else action.dest)
+        for name, sub in subcommands().items()
+        for action in sub._actions
+        if not isinstance(action, argparse._HelpAction)
+    }
+    assert options == set(CASES)
+
+
+@pytest.mark.parametrize("case", sorted(CASES), ids="-".join)
+def test_each_option_does_what_its_help_says(
+    case: tuple[str, str], any_ledger: str, tmp_path: Path
+) -> None:
+    """Each option, in a process of its own, on both backends: its exit code and output."""
+    seeded(any_ledger)
+    (tmp_path / "probes.py").write_text(PROBES)
+    args, code, shows = CASES[case]
+    filled = [a.replace("LEDGER", any_ledger).replace("DIR", str(tmp_path)) for a in args]
+    result = run(*filled)
+    assert result.returncode == code, result.stderr
+    assert shows(result.stdout), result.stdout
+    if code == 2:
+        assert len(result.stderr.splitlines()) == 1
+        assert result.stderr.startswith("safeact: error: ")
