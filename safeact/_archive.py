@@ -9,7 +9,9 @@ the ledger, in the file, or in both (a re-run writes those again: the same lines
 
 Never archived, whatever their age: the history of an unsettled key (ATTEMPTING, whatever
 its owner's fate, or IN_DOUBT), of a saga that is not finished, and of the steps and
-compensations of such a saga, which a re-run of the saga reads.
+compensations of such a saga, which a re-run of the saga reads; and, for a key whose
+result an operator or a probe decided, the event that says so and those after it (``amend``
+may correct only such a result, and a replay that cannot rebuild it says how).
 
 One line per event, its fields in this order (``ARCHIVE_FIELDS``): ``kind`` ("key" or
 "saga"), ``subject`` (the key or the saga id), ``seq`` (the event's number in the ledger:
@@ -17,7 +19,10 @@ unique, increasing in the order events were recorded, never reused), ``at`` (ISO
 ``from`` and ``to`` (states, ``null`` for none), ``why``, ``by`` ("process" or "operator"),
 ``host``, ``pid``, ``attempt_id``, ``note``, and ``corrupt``: ``null``, or for a row safeact
 cannot read (changed outside safeact) the reason, with the other fields as stored (a BLOB as
-its SQL literal, ``X'…'``), so that nothing is dropped that the file does not hold.
+its SQL literal, ``X'…'``), so that nothing is dropped that the file does not hold. Lines
+are ASCII (JSON's escapes for the rest), so no character of a key or a note can end a line
+for a reader that splits at U+2028 or NEL; a line a crash cut short is ended by the next
+run, and stands alone, unparsable, with its events written again, whole, after it.
 """
 
 from __future__ import annotations
@@ -33,8 +38,9 @@ from typing import TYPE_CHECKING, TextIO
 
 import attrs
 
+from safeact._history import DECIDED
 from safeact._ledger import Ledger
-from safeact._protocol import SagaState, checkpoint, utc_now
+from safeact._protocol import SagaState, State, checkpoint, utc_now
 from safeact._rows import Reading, read_event, text_of, time_text
 from safeact._tables import UNSETTLED_SQL
 from safeact.exceptions import CorruptRecordError
@@ -82,17 +88,28 @@ _KEPT = (
     "UNION SELECT 'saga', saga_id FROM open_sagas) "
 )
 
+# Whether h is, or comes after, the event by which an operator or a probe decided the
+# result of its key as it stands: amend and replay read who decided it from that event.
+_DECIDING = (
+    "SELECT 1 FROM history d JOIN calls c ON c.key = d.subject "  # noqa: S608 - constants
+    "WHERE h.kind = 'key' AND d.kind = 'key' AND d.subject = h.subject AND d.seq <= h.seq "
+    f"AND c.state = '{State.SUCCEEDED.value}' AND d.attempt_id = c.attempt_id "
+    f"AND d.to_state = '{State.SUCCEEDED.value}' "
+    f"AND d.why IN ({', '.join(sorted(repr(why.value) for why in DECIDED))})"
+)
+
 # The next batch after seq ?: events before the cut-off, of subjects not kept, each before
 # its subject's first event at or after the cut-off (so the ledger keeps the end of every
 # history, whatever the clocks of the hosts that wrote it), never the newest event (SQLite
 # numbers a new row one past the largest, so dropping the largest would give its seq again).
 _TAKEN = _KEPT + (  # noqa: S608 - constants
-    "SELECT h.seq, h.kind, h.subject, h.at, h.why, h.by_kind, h.by_host, h.by_pid, "
+    "SELECT h.seq, h.kind, h.subject, h.at, h.why, h.by_kind, h.by_host, h.by_pid, "  # noqa: S608
     "h.from_state, h.to_state, h.attempt_id, h.note FROM history h "
     "WHERE h.seq > ? AND h.at < ? AND h.seq < (SELECT max(seq) FROM history) "
     "AND (h.kind, h.subject) NOT IN (SELECT kind, subject FROM kept) "
     "AND NOT EXISTS (SELECT 1 FROM history e WHERE e.kind = h.kind "
     "AND e.subject = h.subject AND e.seq < h.seq AND e.at >= ?) "
+    f"AND NOT EXISTS ({_DECIDING}) "
     "ORDER BY h.seq LIMIT ?"
 )
 
@@ -134,7 +151,7 @@ class _Tally:
             line = _line(ledger, row)
             self.events += 1
             self.corrupt += line["corrupt"] is not None
-            text.append(json.dumps(line, ensure_ascii=False, allow_nan=False) + "\n")
+            text.append(json.dumps(line, allow_nan=False) + "\n")
         return "".join(text)
 
     def result(self) -> Archived:
@@ -331,15 +348,29 @@ def _appending(path: str | os.PathLike[str]) -> Iterator[TextIO]:
                 "be synced before its events are dropped (export_history writes to streams)"
             )
     # Non-blocking: a FIFO put there after the check fails to open instead of waiting.
-    flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK
+    flags = os.O_RDWR | os.O_APPEND | os.O_CLOEXEC | os.O_NONBLOCK
     try:
         fd = os.open(path, flags | os.O_CREAT | os.O_EXCL, 0o600)
     except FileExistsError:
         fd = os.open(path, flags)
+        _end_last_line(fd)
     else:
         _sync_directory(Path(path).absolute().parent)
     with os.fdopen(fd, "a", encoding="utf-8", newline="\n") as file:
         yield file
+
+
+def _end_last_line(fd: int) -> None:
+    """End the file's last line if a crash cut it short, so the next line starts its own.
+
+    The fragment stays, one line no JSON reader can parse: the batch it was part of was
+    not dropped (the drop waits for the sync), so its events are in the ledger still and
+    are written again, whole, after it.
+    """
+    size = os.fstat(fd).st_size
+    if size and os.pread(fd, 1, size - 1) != b"\n":
+        os.write(fd, b"\n")
+        os.fsync(fd)
 
 
 def _sync_directory(directory: Path) -> None:

@@ -86,7 +86,8 @@ class GroupCommit:
                     self._failure = failure
                     self._done.notify_all()
                 return
-            telemetry.fsynced(time.perf_counter() - started)
+            took = time.perf_counter() - started
             with self._done:
                 self._synced = last
                 self._done.notify_all()
+            telemetry.fsynced(took)  # after the waiters are released, and it never raises

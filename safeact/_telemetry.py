@@ -32,13 +32,14 @@ import logging
 import weakref
 from collections.abc import Callable, Iterator
 from contextvars import ContextVar
-from typing import TYPE_CHECKING, Concatenate, ParamSpec, Self, TypeVar
+from typing import TYPE_CHECKING, Concatenate, ParamSpec, Self, TypeVar, cast
 
 import attrs
 
 from safeact._history import Why
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
 from safeact._protocol import DoubtReason, Record, State
+from safeact.exceptions import CorruptRecordError
 
 if TYPE_CHECKING:
     import contextlib
@@ -154,6 +155,53 @@ def _otel() -> _Otel | None:
         return None
 
 
+_F = TypeVar("_F", bound=Callable[..., object])
+_broken_at: set[str] = set()
+"""Where telemetry has failed already (each is said once)."""
+
+
+def _harmless(fallback: Callable[[tuple[object, ...]], object]) -> Callable[[_F], _F]:
+    """Make a hook that never raises: telemetry must never change what a call does.
+
+    An exception from OpenTelemetry (a span processor or an instrument that raises, which
+    the SDK does not guard) or from the log's handlers is caught (``Exception``, never an
+    interrupt), said once per hook on the ``safeact`` logger, and the hook returns
+    ``fallback(args)`` instead: what the call path would have got back.
+    """
+
+    def harmless(hook: _F) -> _F:
+        @functools.wraps(hook)
+        def guarded(*args: object, **kwargs: object) -> object:
+            try:
+                return hook(*args, **kwargs)
+            except Exception as exc:  # noqa: BLE001 - telemetry's failure is never the call's
+                if hook.__qualname__ not in _broken_at:
+                    _broken_at.add(hook.__qualname__)
+                    logging.getLogger("safeact").warning(
+                        "telemetry failed in %s and is skipped there, the call goes on: %s: %s",
+                        hook.__qualname__,
+                        type(exc).__name__,
+                        exc,
+                    )
+                return fallback(args)
+
+        return cast("_F", guarded)
+
+    return harmless
+
+
+def _nothing(_: tuple[object, ...]) -> None:
+    return None
+
+
+def _first(args: tuple[object, ...]) -> object:
+    return args[0]
+
+
+def _second(args: tuple[object, ...]) -> object:
+    return args[1]
+
+
 _watching: ContextVar[Watch | None] = ContextVar("safeact_watching", default=None)
 """The innermost event being watched, for the hooks deep in a call to add to it."""
 
@@ -226,17 +274,21 @@ class Watch(Quiet):
         self._scope: contextlib.AbstractContextManager[Span] | None = None
 
     def __enter__(self) -> Self:
+        self._token = _watching.set(self)
+        self._start()
+        return self
+
+    @_harmless(_nothing)
+    def _start(self) -> None:
         otel = self._otel
         if otel is not None:
             span = otel.tracer.start_span(self._name)
             # No tracer provider: an invalid span, which nothing would see (not made current).
             if span.get_span_context().is_valid:
-                span.set_attributes(_attributes(self.fields))
                 self.span = span
+                span.set_attributes(_attributes(self.fields))
                 self._scope = otel.trace.use_span(span, end_on_exit=True)
                 self._scope.__enter__()
-        self._token = _watching.set(self)
-        return self
 
     def __exit__(
         self,
@@ -244,7 +296,16 @@ class Watch(Quiet):
         exc: BaseException | None,
         tb: TracebackType | None,
     ) -> None:
+        # Never raises, and so never replaces the exception in flight (an interrupt, a
+        # cancellation): each part is harmless, and the span is ended whatever happened.
         _watching.reset(self._token)
+        try:
+            self._close(exc)
+        finally:
+            self._end()
+
+    @_harmless(_nothing)
+    def _close(self, exc: BaseException | None) -> None:
         if exc is not None:
             self.level = logging.WARNING
             self.set(error_type=_type_name(type(exc)))
@@ -256,21 +317,27 @@ class Watch(Quiet):
             self.level = _level(self.outcome)
         if events.isEnabledFor(self.level):
             self._log(exc)
+
+    @_harmless(_nothing)
+    def _end(self) -> None:
         if self._scope is not None:
-            # Recorded above, where a broken __str__ cannot break the call: the scope only
-            # makes the span current no more, and ends it.
+            # Recorded in _close, where a broken __str__ cannot break the call: the scope
+            # only makes the span current no more, and ends it.
             self._scope.__exit__(None, None, None)
 
+    @_harmless(_nothing)
     def set(self, **fields: object) -> None:
         """Add ``fields`` to the record and the span (a None field is left off the span)."""
         self.fields.update(fields)
         if self.span is not None:
             self.span.set_attributes(_attributes(fields))
 
+    @_harmless(_nothing)
     def attempt(self, attempt_id: str) -> None:
         """Note the attempt the event is about."""
         self.set(attempt_id=attempt_id)
 
+    @_harmless(_nothing)
     def raised(self, exc: Exception) -> None:
         """Record ``exc``, caught inside the event, on the span: it ended the event in error."""
         self.set(error_type=_type_name(type(exc)))
@@ -278,6 +345,7 @@ class Watch(Quiet):
             _record(self.span, exc)
             self._error(_describe(exc))
 
+    @_harmless(_second)
     def ended(self, outcome: Outcome[S]) -> Outcome[S]:
         """Note how a call (a step's, a compensation's) ended; return ``outcome``."""
         self.outcome = outcome
@@ -291,6 +359,7 @@ class Watch(Quiet):
             self._count(outcome)
         return outcome
 
+    @_harmless(_second)
     def came_to(self, event: Event | None) -> Event | None:
         """Note what a probe's answer came to (the event it added, if any); return ``event``."""
         self.level = logging.INFO
@@ -431,6 +500,7 @@ def _watched() -> bool:
     return _otel() is not None or events.isEnabledFor(logging.WARNING)
 
 
+@_harmless(lambda _: QUIET)
 def call(tool: str, key: str) -> Quiet:
     """Watch a guarded call of ``tool`` under ``key``; the driver ends it with ``ended``."""
     if not _watched():
@@ -438,6 +508,7 @@ def call(tool: str, key: str) -> Quiet:
     return Watch("call", "safeact.call", counted=True, tool=tool, key=key)
 
 
+@_harmless(lambda _: QUIET)
 def saga_step(saga_id: str, key: str, tool: str) -> Quiet:
     """Watch a step of saga ``saga_id`` (the call of ``tool`` under ``key``)."""
     if not _watched():
@@ -445,6 +516,7 @@ def saga_step(saga_id: str, key: str, tool: str) -> Quiet:
     return Watch("saga_step", "safeact.saga.step", saga_id=saga_id, key=key, tool=tool)
 
 
+@_harmless(lambda _: QUIET)
 def compensation(saga_id: str, step: str, key: str, tool: str) -> Quiet:
     """Watch the compensation of step ``step`` of saga ``saga_id`` (``tool`` under ``key``)."""
     if not _watched():
@@ -463,6 +535,7 @@ _VERDICTS = {
 """A probe's verdict, by the event its answer added to the key's history."""
 
 
+@_harmless(lambda _: QUIET)
 def probe(record: Record, reason: DoubtReason) -> Quiet:
     """Watch the probe asked about ``record``, in doubt for ``reason``; end with ``came_to``."""
     if not _watched():
@@ -503,6 +576,7 @@ def resolving(
     return watched
 
 
+@_harmless(_nothing)
 def attempt(attempt_id: str) -> None:
     """Tell the innermost watched event which attempt it is about (claimed, or replayed)."""
     watch = _watching.get()
@@ -510,6 +584,7 @@ def attempt(attempt_id: str) -> None:
         watch.attempt(attempt_id)
 
 
+@_harmless(_nothing)
 def raised(exc: Exception) -> None:
     """Tell the innermost watched event that ``exc``, caught inside it, ended it in error."""
     watch = _watching.get()
@@ -517,6 +592,7 @@ def raised(exc: Exception) -> None:
         watch.raised(exc)
 
 
+@_harmless(_nothing)
 def claimed(tool: str, record: Record | None, seconds: float) -> None:
     """A claim of a key of ``tool`` took ``seconds``; ``record`` is what it claimed, if any."""
     otel = _otel()
@@ -526,6 +602,7 @@ def claimed(tool: str, record: Record | None, seconds: float) -> None:
         attempt(record.attempt_id)
 
 
+@_harmless(_nothing)
 def fsynced(seconds: float) -> None:
     """One fsync of a ledger took ``seconds``."""
     otel = _otel()
@@ -575,13 +652,19 @@ def _in_doubt(_: CallbackOptions) -> Iterator[Observation]:
 
     for store in list(_observed):
         try:
-            found = store.list_in_doubt()
-        except Exception:  # a closed or unreachable ledger reports nothing
-            _logger.debug("could not count the keys in doubt of %s", store.location, exc_info=True)
+            found = store.scan_records(state=State.IN_DOUBT)
+        except Exception:
+            # Said, not hidden: an alert on "> 0" cannot fire for a ledger that reports
+            # nothing; alert on the series being absent as well.
+            _logger.warning(
+                "could not count the keys in doubt of %s", store.location, exc_info=True
+            )
             continue
         counts = dict.fromkeys(_seen.get(store, ()), 0)
         for record in found:
-            counts[record.tool] = counts.get(record.tool, 0) + 1
+            # A corrupt row needs a person as much as a doubt does: counted, apart.
+            tool = "(corrupt)" if isinstance(record, CorruptRecordError) else record.tool
+            counts[tool] = counts.get(tool, 0) + 1
         _seen[store] = set(counts)
         for tool, count in sorted(counts.items()):
             yield Observation(count, {"safeact.ledger": store.location, "safeact.tool": tool})

@@ -19,6 +19,7 @@ from safeact import (
     Archived,
     DoubtReason,
     Event,
+    SafeError,
     Saga,
     SagaFailed,
     State,
@@ -192,6 +193,45 @@ def test_unsettled_keys_keep_their_whole_history(store: Store, tmp_path: Path) -
     assert {key: store.history(key) for key in kept} == kept
     assert {line["subject"] for line in parsed(archive.read_text())} == {"settled"}
     assert store.history("settled") == []
+
+
+def test_a_decided_result_keeps_the_event_that_decided_it(store: Store, tmp_path: Path) -> None:
+    """Resolved (then amended) keys keep that history from the decision on: amend still works.
+
+    A result its action returned is archived whole, and stays one amend refuses.
+    """
+    ok, _ = tools(store)
+    ok("ran")
+    for key in ("resolved", "amended"):
+        store._claim(key, "ok", "h", attempt_id=f"{key}-1", previous=None)
+        store._mark_in_doubt(key, f"{key}-1", DoubtReason.LEASE_EXPIRED)
+        store.resolve(key, happened=True, result="oops", note="checked")
+    store.amend("amended", result=2)
+    cutoff = utc_now()
+    ok("later")
+    decided = {key: store.history(key) for key in ("resolved", "amended")}
+    archive = tmp_path / "history.jsonl"
+    archived = store.archive_history(archive, before=cutoff)
+    assert [event.why for event in store.history("resolved")] == [Why.RESOLVED]
+    assert [event.why for event in store.history("amended")] == [Why.RESOLVED, Why.AMENDED]
+    assert {key: store.history(key) for key in decided} == {
+        key: events[-len(store.history(key)) :] for key, events in decided.items()
+    }
+    lines = parsed(archive.read_text())
+    assert archived.events == len(lines)
+    assert {(line["subject"], line["why"]) for line in lines} == {
+        ("ran", "claimed"),
+        ("ran", "ran"),
+        ("resolved", "claimed"),
+        ("resolved", "lease_expired"),
+        ("amended", "claimed"),
+        ("amended", "lease_expired"),
+    }
+    assert store.history("ran") == []
+    assert store.amend("resolved", result=1).result == 1
+    assert ok.replay(store.amend("amended", result=3)) == 3
+    with pytest.raises(SafeError, match="the one its action returned"):
+        store.amend("ran", result=2)
 
 
 def test_on_postgres_a_claim_in_flight_is_waited_for(postgres_ledger: str, tmp_path: Path) -> None:
@@ -459,6 +499,35 @@ def test_a_batch_out_of_range_is_refused(store: Store, tmp_path: Path, batch: in
     """A batch must hold 1 to 10,000 events (they are named one by one in the drop)."""
     with pytest.raises(ValueError, match="batch must be between 1 and 10000"):
         store.archive_history(tmp_path / "history.jsonl", before=utc_now(), batch=batch)
+
+
+def test_a_line_cut_short_by_a_crash_is_ended_before_the_next(store: Store, tmp_path: Path) -> None:
+    """The fragment stays a line of its own; every line after it is whole and parses."""
+    cutoff = some_history(store)
+    out = io.StringIO()
+    store.export_history(out, before=cutoff)
+    archive = tmp_path / "history.jsonl"
+    fragment = out.getvalue()[:25]
+    archive.write_text(fragment)
+    store.archive_history(archive, before=cutoff)
+    first, *rest = archive.read_text().split("\n")
+    assert first == fragment
+    assert "\n".join(rest) == out.getvalue()
+
+
+@pytest.mark.parametrize("character", ["\x9b", "\u2028", "\x85", "é"])
+def test_lines_are_ascii_whatever_a_key_holds(store: Store, tmp_path: Path, character: str) -> None:
+    """A key with a C1 control or a Unicode line break cannot split or spoof a line."""
+    key = f"k{character}x"
+    tools(store)[0](key)
+    cutoff = utc_now()
+    tools(store)[0]("later")
+    archive = tmp_path / "history.jsonl"
+    store.archive_history(archive, before=cutoff)
+    data = archive.read_bytes()
+    assert data.isascii()
+    assert {line["subject"] for line in parsed(data.decode())} == {key}
+    assert len(data.decode().splitlines()) == 2
 
 
 def test_an_archive_must_be_a_regular_file_other_than_the_ledger(

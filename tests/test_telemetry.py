@@ -13,17 +13,20 @@ import sys
 import textwrap
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from attrs import evolve
 from opentelemetry import metrics, trace
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
-from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
 
 import safeact
+import safeact._telemetry
 from safeact import (
     DoubtReason,
     Failed,
@@ -622,7 +625,133 @@ def test_the_gauge_skips_a_closed_store(
         found = points(reader, "safeact.keys.in_doubt")
     assert found[of(ledger=store.location, tool="gauged.open")] == 1
     assert not [attrs for attrs in found if ("safeact.ledger", closed.location) in attrs]
-    assert [record for record in caplog.records if record.levelno >= logging.WARNING] == []
+    warnings = [record for record in caplog.records if record.levelno >= logging.WARNING]
+    said = f"could not count the keys in doubt of {closed.location}"
+    assert said in {w.getMessage() for w in warnings}
+
+
+class Breaking(SpanProcessor):
+    """A span processor that raises when a span starts or ends: the SDK does not guard it."""
+
+    armed = False
+
+    def on_start(self, span: object, parent_context: object = None) -> None:  # noqa: ARG002 - the SDK's signature
+        if self.armed:
+            raise RuntimeError("the span processor is broken")
+
+    def on_end(self, span: object) -> None:  # noqa: ARG002 - the SDK's signature
+        if self.armed:
+            raise RuntimeError("the span processor is broken")
+
+
+@pytest.fixture
+def broken(otel: tuple[InMemorySpanExporter, InMemoryMetricReader]) -> Iterator[None]:
+    """Every span start and end raises while the test runs."""
+    provider = trace.get_tracer_provider()
+    assert isinstance(provider, TracerProvider)
+    if not any(isinstance(p, Breaking) for p in provider._active_span_processor._span_processors):
+        provider.add_span_processor(Breaking())
+    Breaking.armed = True
+    try:
+        yield
+    finally:
+        Breaking.armed = False
+
+
+def test_a_broken_span_processor_changes_no_outcome(broken: None, tmp_path: Path) -> None:
+    """With spans that raise, a call, a replay, a failure and a saga end as without them."""
+    runs: list[str] = []
+    with get_store(tmp_path / "agent.db") as store:
+
+        @safe(store, name="broken.pay")
+        def pay(key: str) -> int:
+            runs.append(key)
+            if key == "bad":
+                raise ValueError("declined")
+            return 5
+
+        @safe(store, name="broken.undo")
+        def undo(key: str, paid: int) -> None:
+            runs.append(key)
+
+        assert pay("k") == Succeeded("k", 5)
+        assert pay("k") == Succeeded("k", 5, replayed=True)
+        assert isinstance(pay("bad"), Failed)
+        with pytest.raises(SagaFailed), Saga("order-1", store) as saga:
+            saga.step(pay, compensate=undo)
+            saga.step(pay)
+            raise RuntimeError("abort")
+        finished = store.get_saga("order-1")
+        assert finished is not None
+        assert finished.state.value == "compensated"
+    assert runs == [
+        "k",
+        "bad",
+        "order-1:0:broken.pay",
+        "order-1:1:broken.pay",
+        "order-1:0:broken.pay:compensate",
+    ]
+
+
+def test_a_broken_span_processor_lets_an_interrupt_through(broken: None, tmp_path: Path) -> None:
+    """A KeyboardInterrupt in the action comes out as itself, not as telemetry's error."""
+    with get_store(tmp_path / "agent.db") as store:
+
+        @safe(store, name="broken.interrupted")
+        def stop(key: str) -> int:
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            stop("k")
+
+
+def test_a_broken_span_processor_lets_a_cancellation_through(broken: None, tmp_path: Path) -> None:
+    """An async call cancelled while its action runs raises CancelledError, nothing else."""
+    with get_store(tmp_path / "agent.db") as store:
+        started = asyncio.Event()
+
+        @safe(store, name="broken.cancelled")
+        async def wait(key: str) -> int:
+            started.set()
+            await asyncio.Event().wait()
+            return 1
+
+        async def cancel() -> None:
+            call = asyncio.create_task(wait("k"))
+            await started.wait()
+            call.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await call
+
+        asyncio.run(cancel())
+
+
+class RaisingInstrument:
+    """An instrument that raises whatever it is given (a broken metrics pipeline)."""
+
+    def record(self, *_: object, **__: object) -> None:
+        raise RuntimeError("the instrument is broken")
+
+    add = record
+
+
+def test_a_broken_fsync_histogram_neither_hangs_nor_fails_commits(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path, otel: object
+) -> None:
+    """With the fsync and claim instruments raising, claims still commit, sync and return."""
+    found = safeact._telemetry._otel()
+    assert found is not None
+    raising: Any = RaisingInstrument()  # in the place of the SDK's instruments
+    broken = evolve(found, fsyncs=raising, claims=raising, calls=raising)
+    monkeypatch.setattr(safeact._telemetry, "_otel", lambda: broken)
+    with get_store(tmp_path / "agent.db") as store:
+
+        @safe(store, name="broken.synced")
+        def pay(key: str) -> int:
+            return 5
+
+        outcomes = [pay(f"k{n}") for n in range(3)]
+    assert outcomes == [Succeeded(f"k{n}", 5) for n in range(3)]
 
 
 WITHOUT_OTEL = """
