@@ -45,6 +45,7 @@ from safeact import (
 from safeact._tool import _Guard
 from safeact.otel import observe_in_doubt
 from tests.actions import Receipt, bury_owners, expire_leases
+from tests.test_corrupt_rows import spoil
 
 
 @pytest.fixture(scope="module")
@@ -509,6 +510,24 @@ def test_the_gauge_reports_the_keys_in_doubt_of_an_observed_store(
     store.resolve("k-1", happened=True, result=1)
     store.resolve("k-2", happened=False)
     assert gauge() == 0
+
+
+def test_the_gauge_counts_a_corrupt_row_in_doubt_apart(
+    store: Store, reader: InMemoryMetricReader
+) -> None:
+    """A row in doubt safeact cannot read is counted under "(corrupt)", not dropped."""
+
+    @safe(store, name="gauged")
+    def act(key: str) -> int:
+        return 1
+
+    observe_in_doubt(store)
+    left_in_doubt(store, act, "k-1")
+    left_in_doubt(store, act, "k-2")
+    spoil(store.location, "k-2", "attempted_at", "yesterday")
+    gauge = points(reader, "safeact.keys.in_doubt")
+    assert gauge[of(ledger=store.location, tool="gauged")] == 1
+    assert gauge[of(ledger=store.location, tool="(corrupt)")] == 1
 
 
 def test_log_records_carry_the_fields_at_their_levels(
