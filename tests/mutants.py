@@ -245,9 +245,9 @@ MUTANTS = [
             ),
             Edit(
                 "safeact/_saga.py",
-                "return _call_sync(self._tool(request.undo.call), request.key, "
-                "(request.value,), {})",
-                "return Succeeded(request.key, request.undo.call(request.key, request.value))",
+                "return watch.ended(_call_sync(tool, request.key, (request.value,), {}))",
+                "return watch.ended(Succeeded(request.key, request.undo.call(request.key, "
+                "request.value)))",
             ),
         ],
         ["tests/test_saga.py", "tests/test_saga_in_doubt.py"],
