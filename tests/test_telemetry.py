@@ -18,12 +18,14 @@ from typing import Any
 import pytest
 from attrs import evolve
 from opentelemetry import metrics, trace
+from opentelemetry.metrics import _internal as metrics_api
 from opentelemetry.sdk.metrics import MeterProvider
 from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.trace import StatusCode
+from opentelemetry.util._once import Once
 
 import safeact
 import safeact._telemetry
@@ -60,9 +62,20 @@ def otel() -> Iterator[tuple[InMemorySpanExporter, InMemoryMetricReader]]:
     reader = InMemoryMetricReader()
     meters = MeterProvider(metric_readers=[reader])
     metrics.set_meter_provider(meters)
+    # Its instruments and gauge come from this provider.
+    safeact._telemetry._otel.cache_clear()
+    safeact._telemetry._gauge.cache_clear()
     yield exporter, reader
     exporter.shutdown()  # the rest of the session's spans are not kept
     meters.shutdown()
+    # The API sets its global meter provider once per process: undone here, as its own test
+    # utilities do, so that another session in this process (mutmut runs several) sets its
+    # own and reads only its own counts.
+    metrics_api._METER_PROVIDER_SET_ONCE = Once()
+    metrics_api._METER_PROVIDER = None
+    metrics_api._PROXY_METER_PROVIDER = metrics_api._ProxyMeterProvider()
+    safeact._telemetry._otel.cache_clear()
+    safeact._telemetry._gauge.cache_clear()
 
 
 @pytest.fixture
