@@ -103,10 +103,16 @@ def tools(store: Store) -> tuple[SafeTool[[], int], SafeTool[[], int]]:
 
 
 def some_history(store: Store) -> datetime:
-    """Settled keys and a completed saga, then a cut-off, then one key more; return the cut-off."""
+    """Settled keys (one released, with a note), a completed saga, a cut-off, one key more.
+
+    Returns the cut-off.
+    """
     ok, no = tools(store)
     ok("a")
     no("b")
+    store._claim("c", "ok", "h", attempt_id="c-1", previous=None)
+    bury_attempt(store, "c-1")
+    store.resolve("c", happened=False, note="the bank has no such payment")
     with Saga("done", store) as saga:
         saga.step(ok)
     cutoff = utc_now()
@@ -362,15 +368,59 @@ def test_a_corrupt_event_is_archived_as_stored_and_marked(any_ledger: str, tmp_p
     """A row safeact cannot read goes to the file as stored, with the reason; none is lost."""
     archive = tmp_path / "history.jsonl"
     with get_store(any_ledger) as store:
-        add_event(any_ledger, why="boredom")
+        add_event(any_ledger, why="boredom", note="checked by hand")
+        add_event(any_ledger, subject="j", by_pid=0)
         cutoff = utc_now()
         tools(store)[0]("later")
         archived = store.archive_history(archive, before=cutoff)
-        assert store.scan_history("k") == []
-    (line,) = parsed(archive.read_text())
-    assert (archived.events, archived.corrupt) == (1, 1)
-    assert (line["subject"], line["why"], line["pid"]) == ("k", "boredom", 7)
-    assert "why is 'boredom', not one of the" in str(line["corrupt"])
+        assert store.scan_history("k") == store.scan_history("j") == []
+    boredom, no_pid = parsed(archive.read_text())
+    assert (archived.events, archived.corrupt) == (2, 2)
+    stored = {
+        "kind": "key",
+        "at": "2026-01-01T00:00:00.000000+00:00",
+        "from": "succeeded",
+        "to": "succeeded",
+        "by": "process",
+        "host": "h",
+        "pid": 7,
+        "attempt_id": "a",
+    }
+    assert {**boredom, "seq": 0, "corrupt": ""} == {
+        **stored,
+        "subject": "k",
+        "seq": 0,
+        "why": "boredom",
+        "note": "checked by hand",
+        "corrupt": "",
+    }
+    assert {**no_pid, "seq": 0, "corrupt": ""} == {
+        **stored,
+        "subject": "j",
+        "seq": 0,
+        "pid": 0,
+        "why": "ran",
+        "note": None,
+        "corrupt": "",
+    }
+    assert str(boredom["corrupt"]).startswith(
+        f"{store.location}: an event in the history of 'k' is corrupt: why is 'boredom', "
+    )
+    assert str(no_pid["corrupt"]).startswith(
+        f"{store.location}: an event in the history of 'j' is corrupt: by_pid is 0, "
+    )
+
+
+def test_numbers_where_text_belongs_are_archived_as_numbers(ledger: Path, tmp_path: Path) -> None:
+    """SQLite keeps a REAL in an INTEGER column: a finite one as a number, infinity as text."""
+    archive = tmp_path / "history.jsonl"
+    with get_store(ledger) as store:
+        add_event(str(ledger), by_pid=2.5)
+        add_event(str(ledger), by_pid=float("inf"))
+        cutoff = utc_now()
+        tools(store)[0]("later")
+        store.archive_history(archive, before=cutoff)
+    assert [line["pid"] for line in parsed(archive.read_text())] == [2.5, "inf"]
 
 
 def test_a_subject_stored_as_bytes_is_archived_as_its_sql_literal(
@@ -385,7 +435,10 @@ def test_a_subject_stored_as_bytes_is_archived_as_its_sql_literal(
         assert store.archive_history(archive, before=cutoff).corrupt == 1
     (line,) = parsed(archive.read_text())
     assert line["subject"] == "X'006b'"
-    assert "subject is b'\\x00k', not text" in str(line["corrupt"])
+    assert str(line["corrupt"]).startswith(
+        f"{ledger}: an event in the history of \"b'\\\\x00k'\" is corrupt: "
+        "subject is b'\\x00k', not text"
+    )
 
 
 def test_the_history_is_append_only_again_after_an_archive(store: Store, tmp_path: Path) -> None:
@@ -492,6 +545,30 @@ def test_a_cutoff_that_is_no_moment_of_the_past_is_refused(
         store.export_history(io.StringIO(), before=before)
     assert not archive.exists()
     assert seqs(store) == everything
+
+
+@pytest.mark.parametrize("batch", [1, 2, 10_000])
+def test_an_export_in_batches_is_the_export_in_one(store: Store, batch: int) -> None:
+    """Each batch goes on after the last event of the one before: none skipped, none twice."""
+    cutoff = some_history(store)
+    whole, batched = io.StringIO(), io.StringIO()
+    store.export_history(whole, before=cutoff)
+    exported = store.export_history(batched, before=cutoff, batch=batch)
+    assert batched.getvalue() == whole.getvalue()
+    assert exported.events == len(numbers(whole.getvalue())) > 2
+
+
+@pytest.mark.parametrize("batch", [1, 10_000])
+def test_a_batch_of_one_or_of_the_most_is_archived(
+    store: Store, tmp_path: Path, batch: int
+) -> None:
+    """The bounds themselves are batches: everything before the cut-off goes."""
+    cutoff = some_history(store)
+    out = io.StringIO()
+    store.export_history(out, before=cutoff)
+    archive = tmp_path / "history.jsonl"
+    assert store.archive_history(archive, before=cutoff, batch=batch).events > 2
+    assert archive.read_text() == out.getvalue()
 
 
 @pytest.mark.parametrize("batch", [0, 10_001])
