@@ -9,7 +9,7 @@ from __future__ import annotations
 import attrs
 
 from safeact._audit import record_event
-from safeact._history import Why, saga_why
+from safeact._history import saga_why
 from safeact._ledger import Ledger
 from safeact._protocol import SagaRecord, SagaState
 from safeact._rows import read_saga, readable, time_text
@@ -69,7 +69,7 @@ class SagaRows(Ledger):
 
     def _begin_saga(self, saga_id: str) -> SagaRecord:
         """Record saga ``saga_id`` as RUNNING unless it exists; return its progress."""
-        event = self._new_event(saga_id, SagaState.RUNNING, Why.STARTED)
+        event = self._new_event(saga_id, SagaState.RUNNING, saga_why(SagaState.RUNNING))
         now = time_text(event.at)
         with self._errors(), self._transaction(sync=False) as db:
             if db.execute(

@@ -220,6 +220,7 @@ def test_a_decided_result_keeps_the_event_that_decided_it(store: Store, tmp_path
     archived = store.archive_history(archive, before=cutoff)
     assert [event.why for event in store.history("resolved")] == [Why.RESOLVED]
     assert [event.why for event in store.history("amended")] == [Why.RESOLVED, Why.AMENDED]
+    assert store.history("amended")[-1].note == 'was "oops"'
     assert {key: store.history(key) for key in decided} == {
         key: events[-len(store.history(key)) :] for key, events in decided.items()
     }

@@ -372,6 +372,19 @@ def test_claim_of_a_released_key_is_synced(ledger: Path, fsyncs: list[str]) -> N
     assert fsyncs == ["agent.db-wal"]
 
 
+def test_an_operators_resolve_and_amend_are_synced(ledger: Path, fsyncs: list[str]) -> None:
+    """A decision an operator made is on disk when the command returns: never made twice."""
+    with SqliteStore(ledger) as store:
+        store._claim("k", "act", "h", attempt_id="a", previous=None)
+        bury_owners(store)
+        fsyncs.clear()
+        store.resolve("k", happened=True, result=1)
+        assert fsyncs == ["agent.db-wal"]
+        fsyncs.clear()
+        store.amend("k", result=2)
+        assert fsyncs == ["agent.db-wal"]
+
+
 CRASHED_WRITER = """
 import os, signal, sqlite3, sys
 connection = sqlite3.connect(sys.argv[1], isolation_level=None)
