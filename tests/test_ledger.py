@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+import attrs
 import pytest
 
 from safeact import (
@@ -22,6 +23,7 @@ from safeact import (
     State,
     StoreError,
     Succeeded,
+    Why,
     _schema,
     get_store,
     safe,
@@ -383,6 +385,69 @@ def test_an_operators_resolve_and_amend_are_synced(ledger: Path, fsyncs: list[st
         fsyncs.clear()
         store.amend("k", result=2)
         assert fsyncs == ["agent.db-wal"]
+
+
+def test_mark_in_doubt_says_whether_the_row_is_marked_and_writes_only_a_change(
+    ledger: Path,
+) -> None:
+    """True when the attempt is IN_DOUBT for the reason now; False when it moved on.
+
+    Each change is one event; a repeated mark adds none.
+    """
+    with SqliteStore(ledger) as store:
+        assert store._mark_in_doubt("k", "a", DoubtReason.LEASE_EXPIRED) is False
+        store._claim("k", "act", "h", attempt_id="a", previous=None)
+        assert store._mark_in_doubt("k", "other", DoubtReason.LEASE_EXPIRED) is False
+        assert len(store.history("k")) == 1
+        assert store._mark_in_doubt("k", "a", DoubtReason.LEASE_EXPIRED) is True
+        marked = store.history("k")[-1]
+        assert (marked.from_state, marked.to_state, marked.why, marked.attempt_id) == (
+            State.ATTEMPTING,
+            State.IN_DOUBT,
+            Why.LEASE_EXPIRED,
+            "a",
+        )
+        assert store._mark_in_doubt("k", "a", DoubtReason.LEASE_EXPIRED) is True
+        assert store.history("k")[-1] == marked
+        store._finish("k", "a", state=State.SUCCEEDED, result=1)
+        assert store._mark_in_doubt("k", "a", DoubtReason.LEASE_EXPIRED) is False
+
+
+def test_a_probes_note_is_an_event_of_the_attempt_that_changes_no_state(ledger: Path) -> None:
+    """A note keeps an unsettled attempt's state and names the attempt.
+
+    IN_DOUBT, or ATTEMPTING under a dead owner; another attempt, or a settled key, gets none.
+    """
+    with SqliteStore(ledger) as store:
+        store._claim("doubted", "act", "h", attempt_id="a", previous=None)
+        store._mark_in_doubt("doubted", "a", DoubtReason.LEASE_EXPIRED)
+        store._claim("crashed", "act", "h", attempt_id="b", previous=None)
+        bury_owners(store)
+        for key, state in (("doubted", State.IN_DOUBT), ("crashed", State.ATTEMPTING)):
+            record, row = store.get(key), store._stored(key)
+            assert record is not None
+            noted = store._note(record, Why.PROBE_UNKNOWN, "cannot tell")
+            assert noted is not None
+            assert store.history(key)[-1] == noted
+            assert (noted.from_state, noted.to_state, noted.attempt_id, noted.note) == (
+                state,
+                state,
+                record.attempt_id,
+                "cannot tell",
+            )
+            assert store._stored(key) == row
+        crashed = store.get("crashed")
+        assert crashed is not None
+        before = store.history("crashed")
+        other = attrs.evolve(crashed, attempt_id="an-older-one")
+        assert store._note(other, Why.PROBE_UNKNOWN, "not this attempt") is None
+        assert store.history("crashed") == before
+        doubted = store.get("doubted")
+        assert doubted is not None
+        store.resolve("doubted", happened=True, result=1)
+        settled = store.history("doubted")
+        assert store._note(doubted, Why.PROBE_UNKNOWN, "too late") is None
+        assert store.history("doubted") == settled
 
 
 CRASHED_WRITER = """
