@@ -17,6 +17,7 @@ import pytest
 
 from safeact import (
     DoubtReason,
+    Event,
     InDoubt,
     SafeError,
     SafeTool,
@@ -448,6 +449,59 @@ def test_a_probes_note_is_an_event_of_the_attempt_that_changes_no_state(ledger: 
         settled = store.history("doubted")
         assert store._note(doubted, Why.PROBE_UNKNOWN, "too late") is None
         assert store.history("doubted") == settled
+
+
+def test_settling_an_attempt_that_moved_on_changes_nothing(ledger: Path) -> None:
+    """A verdict about an unknown key, another attempt or a settled key is not applied."""
+    with SqliteStore(ledger) as store:
+        store._claim("k", "act", "h", attempt_id="a", previous=None)
+        bury_owners(store)
+        record, row = store.get("k"), store._stored("k")
+        assert record is not None
+        for stale in (attrs.evolve(record, key="nope"), attrs.evolve(record, attempt_id="b")):
+            assert store._settle(stale, State.SUCCEEDED, "1", why=Why.RECONCILED, note=None) is None
+        assert store._stored("k") == row
+        assert store._settle(record, State.SUCCEEDED, "1", why=Why.RECONCILED, note=None)
+        settled = store.history("k")
+        assert store._settle(record, State.RELEASED, None, why=Why.RECONCILED, note=None) is None
+        assert store.history("k") == settled
+
+
+def test_who_settled_and_what_a_forced_release_overrode_are_recorded(ledger: Path) -> None:
+    """A probe's verdict is the process's; a forced release says what the operator overrode."""
+    with SqliteStore(ledger) as store:
+        store._claim("probed", "act", "h", attempt_id="a", previous=None)
+        store._claim("forced", "act", "h", attempt_id="b", previous=None)
+        store._mark_in_doubt("forced", "b", DoubtReason.LEASE_EXPIRED)
+        bury_owners(store)
+        probed = store.get("probed")
+        assert probed is not None
+        event = store._settle(probed, State.SUCCEEDED, "1", why=Why.RECONCILED, note="found it")
+        assert isinstance(event, Event)
+        assert (event.by, event.note) == ("process", "found it")
+        store._claim("lease", "act", "h", attempt_id="c", previous=None)
+        store._mark_in_doubt("lease", "c", DoubtReason.LEASE_EXPIRED)
+        store.resolve("lease", happened=False, force=True)
+        forced = store.history("lease")[-1]
+        assert forced.why is Why.FORCED_RELEASE
+        assert forced.by == "operator"
+        assert forced.note is not None
+        assert forced.note.startswith("forced: the operator asserts it is over, though ")
+        assert ";" not in forced.note
+
+
+def test_a_mark_with_what_went_wrong_keeps_it_as_the_rows_error(ledger: Path) -> None:
+    """A result that could not be stored says why in the row; a plain mark adds no error."""
+    with SqliteStore(ledger) as store:
+        for key in ("detailed", "plain"):
+            store._claim(key, "act", "h", attempt_id=key, previous=None)
+        store._mark_in_doubt("detailed", "detailed", DoubtReason.RESULT_NOT_STORED, detail="full")
+        store._mark_in_doubt("plain", "plain", DoubtReason.RESULT_NOT_STORED)
+        detailed, plain = store._stored("detailed"), store._stored("plain")
+        assert detailed is not None
+        assert plain is not None
+        assert (detailed.error_type, detailed.error_message) == ("safeact.OutcomeNotStored", "full")
+        assert (plain.error_type, plain.error_message) == (None, None)
 
 
 CRASHED_WRITER = """
