@@ -442,6 +442,8 @@ def test_a_probes_note_is_an_event_of_the_attempt_that_changes_no_state(ledger: 
         before = store.history("crashed")
         other = attrs.evolve(crashed, attempt_id="an-older-one")
         assert store._note(other, Why.PROBE_UNKNOWN, "not this attempt") is None
+        unknown = attrs.evolve(crashed, key="nope")
+        assert store._note(unknown, Why.PROBE_UNKNOWN, "no such key") is None
         assert store.history("crashed") == before
         doubted = store.get("doubted")
         assert doubted is not None
