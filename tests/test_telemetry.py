@@ -501,24 +501,29 @@ def test_the_metrics_count_calls_replays_and_doubts_and_time_claims_and_fsyncs(
     assert getattr(fsyncs, "count", 0) - before >= 2  # each claim waited for one
 
 
-def test_the_gauge_reports_the_keys_in_doubt_of_an_observed_store(
-    store: Store, reader: InMemoryMetricReader
-) -> None:
-    """observe_in_doubt: the gauge holds the store's keys in doubt by tool, 0 once resolved."""
+def two_in_doubt(store: Store) -> None:
+    """Leave keys k-1 and k-2 of tool "gauged" in doubt in ``store``."""
 
     @safe(store, name="gauged")
     def act(key: str) -> int:
         return 1
 
-    observe_in_doubt(store)
+    left_in_doubt(store, act, "k-1")
+    left_in_doubt(store, act, "k-2")
+
+
+def test_the_gauge_reports_the_keys_in_doubt_of_an_observed_store(
+    store: Store, reader: InMemoryMetricReader
+) -> None:
+    """observe_in_doubt: the gauge holds the store's keys in doubt by tool, 0 once resolved."""
     where = {"ledger": store.location, "tool": "gauged"}
 
     def gauge() -> object:
         return points(reader, "safeact.keys.in_doubt").get(of(**where))
 
+    observe_in_doubt(store)
     assert gauge() is None
-    left_in_doubt(store, act, "k-1")
-    left_in_doubt(store, act, "k-2")
+    two_in_doubt(store)
     assert gauge() == 2
     store.resolve("k-1", happened=True, result=1)
     store.resolve("k-2", happened=False)
@@ -529,14 +534,8 @@ def test_the_gauge_counts_a_corrupt_row_in_doubt_apart(
     store: Store, reader: InMemoryMetricReader
 ) -> None:
     """A row in doubt safeact cannot read is counted under "(corrupt)", not dropped."""
-
-    @safe(store, name="gauged")
-    def act(key: str) -> int:
-        return 1
-
     observe_in_doubt(store)
-    left_in_doubt(store, act, "k-1")
-    left_in_doubt(store, act, "k-2")
+    two_in_doubt(store)
     spoil(store.location, "k-2", "attempted_at", "yesterday")
     gauge = points(reader, "safeact.keys.in_doubt")
     assert gauge[of(ledger=store.location, tool="gauged")] == 1
