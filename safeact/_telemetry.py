@@ -332,7 +332,6 @@ class Watch(Quiet):
         if self.span is not None:
             self.span.set_attributes(_attributes(fields))
 
-    @_harmless(_nothing)
     def attempt(self, attempt_id: str) -> None:
         """Note the attempt the event is about."""
         self.set(attempt_id=attempt_id)
@@ -576,7 +575,6 @@ def resolving(
     return watched
 
 
-@_harmless(_nothing)
 def attempt(attempt_id: str) -> None:
     """Tell the innermost watched event which attempt it is about (claimed, or replayed)."""
     watch = _watching.get()
@@ -584,7 +582,6 @@ def attempt(attempt_id: str) -> None:
         watch.attempt(attempt_id)
 
 
-@_harmless(_nothing)
 def raised(exc: Exception) -> None:
     """Tell the innermost watched event that ``exc``, caught inside it, ended it in error."""
     watch = _watching.get()
