@@ -216,6 +216,12 @@ def _key_given(call: _Call) -> _Call:
     return cast("_Call", checked)
 
 
+_GENERATOR = (
+    "{} is an async generator: a tool gives one result to record, so make it an async def "
+    "that returns it (a list, say)"
+)
+
+
 class _Guard(Generic[T_co]):
     """What a sync and an async tool share: checks, the call (``_call``), the ledger's work."""
 
@@ -551,7 +557,9 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
         ignore: Iterable[str] = (),
     ) -> None:
         """Check ``fn`` and bind it to ``store``; see ``safe``."""
-        if inspect.iscoroutinefunction(fn) or inspect.isasyncgenfunction(fn):
+        if inspect.isasyncgenfunction(fn):
+            raise TypeError(_GENERATOR.format(fn.__qualname__))
+        if inspect.iscoroutinefunction(fn):
             raise TypeError(f"{fn.__qualname__} is async: make it a tool with safe(store)")
         super().__init__(
             fn,
@@ -635,6 +643,11 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
         ignore: Iterable[str] = (),
     ) -> None:
         """Check ``fn`` and bind it to ``store``; see ``safe``."""
+        if inspect.isasyncgenfunction(fn):
+            raise TypeError(_GENERATOR.format(fn.__qualname__))
+        if not inspect.iscoroutinefunction(fn):
+            # awaiting a plain function's result would fail only after the action ran
+            raise TypeError(f"{fn.__qualname__} is not async: make it a tool with safe(store)")
         super().__init__(
             fn,
             store,

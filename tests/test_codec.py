@@ -5,7 +5,8 @@ import datetime as dt
 import decimal
 import enum
 import uuid
-from collections.abc import Awaitable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
+from functools import partial
 from typing import Any, Literal, TypedDict, TypeVar
 
 import attrs
@@ -134,6 +135,27 @@ def test_async_function_makes_an_async_tool(store: Store) -> None:
     assert isinstance(safe(store)(act), AsyncSafeTool)
     with pytest.raises(TypeError, match="is async: make it a tool with safe"):
         SafeTool(act, store)
+
+
+def test_async_generator_is_refused_by_both_tools(store: Store) -> None:
+    """An async generator has no one result to record: both tools say to return it instead."""
+
+    async def stream(key: str) -> AsyncIterator[int]:
+        yield 1
+
+    for make in (safe(store), partial(SafeTool, store=store), partial(AsyncSafeTool, store=store)):
+        with pytest.raises(TypeError, match=r"stream is an async generator: .* async def that"):
+            make(stream)  # type: ignore[arg-type] # the misuse under test
+
+
+def test_async_tool_refuses_a_plain_function(store: Store) -> None:
+    """AsyncSafeTool is for ``async def``: a plain function would run before awaiting failed."""
+
+    def act(key: str) -> int:
+        return 1
+
+    with pytest.raises(TypeError, match="act is not async: make it a tool with safe"):
+        AsyncSafeTool(act, store)  # type: ignore[arg-type] # the misuse under test
 
 
 @pytest.mark.parametrize("signature", ["", "*, key: str", "*keys: str"])
