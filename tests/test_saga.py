@@ -1,5 +1,6 @@
 """Sagas in one process: reverse compensation, once each, replays, conflicts, the report."""
 
+import logging
 from collections.abc import Callable
 from pathlib import Path
 
@@ -625,3 +626,21 @@ def test_compensation_that_raised_unrecorded_is_reported_failed(
         saga.step(bank.act("charge"), 50, compensate=cancel)
         raise RuntimeError("abort")
     assert (caught.value.failed, caught.value.in_doubt) == (("s:0:charge",), ())
+
+
+def test_rollback_goes_on_past_a_compensation_that_cannot_run(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An undo that raises before running (its key is taken) is failed, logged; older ones run."""
+    bank = Bank()
+    store._claim("s:1:ship:compensate", "another.tool", "h", attempt_id="x", previous=None)
+    with pytest.raises(SagaFailed) as caught, Saga("s", store) as saga:
+        saga.step(bank.act("charge"), 50, compensate=bank.undo("charge"))
+        saga.step(bank.act("ship"), 1, compensate=bank.undo("ship"))
+        raise RuntimeError("abort")
+    assert (caught.value.failed, caught.value.compensated) == (("s:1:ship",), ("s:0:charge",))
+    assert bank.log[-1] == "undo charge s:0:charge:compensate 50"
+    (logged,) = [r for r in caplog.records if r.name == "safeact" and r.levelno == logging.ERROR]
+    assert logged.getMessage() == "saga 's': the compensation of 's:1:ship' raised"
+    assert logged.exc_info is not None
+    assert isinstance(logged.exc_info[1], KeyConflictError)

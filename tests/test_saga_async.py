@@ -2,14 +2,16 @@
 
 import asyncio
 import contextlib
+import logging
 import threading
 from collections.abc import Callable, Coroutine
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
-from safeact import KeyConflictError, Saga, SagaFailed, SagaState, Store
+from safeact import KeyConflictError, Saga, SagaFailed, SagaState, Store, safe
 from safeact._ledger import Executor
+from safeact._open import StoreHandle
 
 
 class Backends:
@@ -116,8 +118,10 @@ def test_async_rerun_taking_another_step_conflicts_without_a_rollback(store: Sto
     assert saga.state is SagaState.RUNNING
 
 
-def test_async_rollback_goes_on_past_a_compensation_that_cannot_run(store: Store) -> None:
-    """An undo that raises before running (its key is taken) is failed; older ones still run."""
+def test_async_rollback_goes_on_past_a_compensation_that_cannot_run(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """An undo that raises before running (its key is taken) is failed, logged; older ones run."""
     backends = Backends()
     store._claim("s:1:charge:compensate", "another.tool", "h", attempt_id="x", previous=None)
 
@@ -132,6 +136,10 @@ def test_async_rollback_goes_on_past_a_compensation_that_cannot_run(store: Store
     assert caught.value.failed == ("s:1:charge",)
     assert caught.value.compensated == ("s:0:charge",)
     assert backends.log[-1] == "refund s:0:charge:compensate 500"
+    (logged,) = [r for r in caplog.records if r.name == "safeact" and r.levelno == logging.ERROR]
+    assert logged.getMessage() == "saga 's': the compensation of 's:1:charge' raised"
+    assert logged.exc_info is not None
+    assert isinstance(logged.exc_info[1], KeyConflictError)
 
 
 def test_an_async_sagas_ledger_work_stays_off_its_event_loop(store: Store) -> None:
@@ -165,3 +173,50 @@ def test_an_async_sagas_ledger_work_stays_off_its_event_loop(store: Store) -> No
         ["charge s:0:charge", "ledger s:1:ledger", "refund s:0:charge:compensate 500"],
         [],
     )
+
+
+def test_keyword_arguments_reach_an_async_step(store: Store) -> None:
+    """A keyword given to an awaited step(fn, name=value) reaches fn, an async function."""
+
+    async def greet(key: str, *, to: str = "nobody") -> str:
+        return to
+
+    async def run() -> str:
+        async with Saga("s", store) as saga:
+            return cast("str", await saga.step(greet, to="Ada"))
+
+    assert asyncio.run(run()) == "Ada"
+
+
+@pytest.mark.parametrize("by_location", ["step", "compensation"])
+def test_an_async_step_opens_a_tools_ledger_off_its_event_loop(
+    store: Store, by_location: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A tool given its ledger by location opens it at its first step, in a worker thread.
+
+    Opening may connect (a PostgreSQL ledger, up to the connect timeout): never on the loop.
+    """
+    backends = Backends()
+    opened_on: list[int] = []
+    loop_thread: list[int] = []
+    open_store = StoreHandle.open
+
+    def watched_open(handle: StoreHandle) -> Store:
+        if not handle.is_open:
+            opened_on.append(threading.get_ident())
+        return open_store(handle)
+
+    monkeypatch.setattr(StoreHandle, "open", watched_open)
+    by_path = safe(store.location)
+    charge = by_path(backends.charge) if by_location == "step" else backends.charge
+    undo = by_path(backends.refund) if by_location == "compensation" else backends.refund
+
+    async def run() -> object:
+        loop_thread.append(threading.get_ident())
+        async with Saga("s", store) as saga:
+            return await saga.step(charge, 500, compensate=undo)
+
+    assert asyncio.run(run()) == 500
+    assert [line.split()[0] for line in backends.log] == ["charge"]
+    assert len(opened_on) == 1
+    assert opened_on != loop_thread

@@ -11,7 +11,7 @@ import logging
 import subprocess
 import sys
 import textwrap
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -281,6 +281,21 @@ def test_an_async_call_is_a_span_with_its_attempt(
     assert attributes(span)["safeact.attempt_id"] == record.attempt_id
 
 
+def saga_attributes(span: ReadableSpan) -> dict[str, object]:
+    """The safeact attributes a saga's span has of those it may have, by their short names."""
+    names = ("saga_id", "step", "key", "tool", "outcome")
+    return {
+        name: attributes(span)[f"safeact.{name}"]
+        for name in names
+        if f"safeact.{name}" in attributes(span)
+    }
+
+
+def tool_name(fn: Callable[..., object]) -> str:
+    """The name a saga gives the tool it makes of ``fn``: its module and qualified name."""
+    return f"{fn.__module__}.{fn.__qualname__}"
+
+
 def test_a_saga_step_and_its_compensation_are_spans_over_their_calls(
     ledger: Path, spans: InMemorySpanExporter
 ) -> None:
@@ -301,19 +316,22 @@ def test_a_saga_step_and_its_compensation_are_spans_over_their_calls(
         saga.step(pay, 50)
     assert undone == ["booked 12A"]
     steps = named(spans, "safeact.saga.step")
-    assert [
-        (attributes(step)["safeact.key"], attributes(step)["safeact.outcome"]) for step in steps
-    ] == [("trip-1:0:book", "succeeded"), ("trip-1:1:pay", "failed")]
-    assert {attributes(step)["safeact.saga_id"] for step in steps} == {"trip-1"}
+    assert [saga_attributes(step) for step in steps] == [
+        {
+            "saga_id": "trip-1",
+            "key": "trip-1:0:book",
+            "tool": tool_name(book),
+            "outcome": "succeeded",
+        },
+        {"saga_id": "trip-1", "key": "trip-1:1:pay", "tool": tool_name(pay), "outcome": "failed"},
+    ]
     assert steps[1].status.status_code is StatusCode.ERROR
     (undo,) = named(spans, "safeact.saga.compensate")
-    assert {
-        name: attributes(undo).get(f"safeact.{name}")
-        for name in ("saga_id", "step", "key", "outcome")
-    } == {
+    assert saga_attributes(undo) == {
         "saga_id": "trip-1",
         "step": "trip-1:0:book",
         "key": "trip-1:0:book:compensate",
+        "tool": tool_name(unbook),
         "outcome": "succeeded",
     }
     calls = named(spans, "safeact.call")
@@ -346,14 +364,23 @@ def test_an_async_sagas_step_and_compensation_are_spans_over_their_calls(
     with pytest.raises(SagaFailed):
         asyncio.run(trip())
     steps = named(spans, "safeact.saga.step")
-    assert [
-        (attributes(step)["safeact.key"], attributes(step)["safeact.outcome"]) for step in steps
-    ] == [("trip-2:0:book", "succeeded"), ("trip-2:1:pay", "failed")]
+    assert [saga_attributes(step) for step in steps] == [
+        {
+            "saga_id": "trip-2",
+            "key": "trip-2:0:book",
+            "tool": tool_name(book),
+            "outcome": "succeeded",
+        },
+        {"saga_id": "trip-2", "key": "trip-2:1:pay", "tool": tool_name(pay), "outcome": "failed"},
+    ]
     (undo,) = named(spans, "safeact.saga.compensate")
-    assert (attributes(undo)["safeact.key"], attributes(undo)["safeact.outcome"]) == (
-        "trip-2:0:book:compensate",
-        "succeeded",
-    )
+    assert saga_attributes(undo) == {
+        "saga_id": "trip-2",
+        "step": "trip-2:0:book",
+        "key": "trip-2:0:book:compensate",
+        "tool": tool_name(unbook),
+        "outcome": "succeeded",
+    }
     calls = named(spans, "safeact.call")
     assert [parent_of(spans, call).name for call in calls] == [
         "safeact.saga.step",
