@@ -557,6 +557,7 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
         ignore: Iterable[str] = (),
     ) -> None:
         """Check ``fn`` and bind it to ``store``; see ``safe``."""
+        _check_function(fn)
         if inspect.isasyncgenfunction(fn):
             raise TypeError(_GENERATOR.format(fn.__qualname__))
         if inspect.iscoroutinefunction(fn):
@@ -643,6 +644,7 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
         ignore: Iterable[str] = (),
     ) -> None:
         """Check ``fn`` and bind it to ``store``; see ``safe``."""
+        _check_function(fn)
         if inspect.isasyncgenfunction(fn):
             raise TypeError(_GENERATOR.format(fn.__qualname__))
         if not inspect.iscoroutinefunction(fn):
@@ -784,6 +786,21 @@ def raise_on_doubt(
         return sync_tool(key, *args, **kwargs).unwrap()
 
     return call
+
+
+def _check_function(fn: Callable[..., object]) -> None:
+    """Refuse what is not a function: a tool's name and annotations are its function's.
+
+    Raises:
+        TypeError: ``fn`` is a ``functools.partial`` or a callable object, say.
+
+    """
+    if not inspect.isroutine(fn):
+        raise TypeError(
+            f"{fn!r} is not a function (a functools.partial or a callable object, say): "
+            "safeact reads a tool's name and annotations from its function, so wrap it in one, "
+            "e.g. 'def send(key: str, to: str) -> Receipt: return mailer(key, to)'"
+        )
 
 
 def _default_name(fn: Callable[..., object]) -> str:

@@ -1,5 +1,6 @@
 """The contract of a guarded call, one rule at a time, in one process."""
 
+import functools
 import subprocess
 import sys
 from datetime import UTC
@@ -9,6 +10,7 @@ import attrs
 import pytest
 
 from safeact import (
+    AsyncSafeTool,
     DoubtReason,
     Failed,
     InDoubt,
@@ -322,6 +324,23 @@ def test_tool_name_defaults_to_module_and_qualname(store: Store) -> None:
     record = store.get("k")
     assert record is not None
     assert record.tool == "billing.charge"
+
+
+class Mailer:
+    """A callable object: neither it nor a partial of it is a function with annotations."""
+
+    def __call__(self, key: str, to: str) -> str:
+        return f"{key} to {to}"
+
+
+def test_what_is_not_a_function_is_refused_with_how_to_wrap_it(store: Store) -> None:
+    """A partial or a callable object is refused, sync or async, by a message with the fix."""
+    async_tool = functools.partial(AsyncSafeTool, store=store)
+    for tool in (safe(store), safe(store, name="mail.send"), async_tool):
+        for unnamed in (functools.partial(Mailer(), to="ada@example.com"), Mailer()):
+            with pytest.raises(TypeError, match=r"is not a function .* wrap it in one, e\.g\."):
+                tool(unnamed)  # type: ignore[arg-type] # the misuse under test
+    assert store.records() == []
 
 
 def test_tool_keeps_the_function_identity(store: Store) -> None:
