@@ -405,7 +405,8 @@ def encode(value: object, return_type: Any) -> JSON:
         raise ResultNotStorableError(_explain(exc)) from exc
     if not same:
         raise ResultNotStorableError(
-            f"{_show(value)} does not fit {_show(return_type)}: it would replay as {_show(rebuilt)}"
+            f"{_show(value)} does not fit {_show_type(return_type)}: "
+            f"it would replay as {_show(rebuilt)}"
         )
     return stored
 

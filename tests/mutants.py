@@ -442,8 +442,8 @@ MUTANTS = [
         [
             Edit(
                 "safeact/_codec.py",
-                'f"{_show(value)} does not fit {_show(return_type)}: '
-                'it would replay as {_show(rebuilt)}"',
+                'f"{_show(value)} does not fit {_show_type(return_type)}: "\n'
+                '            f"it would replay as {_show(rebuilt)}"',
                 'f"{value!r} does not fit {return_type!r}: it would replay as {rebuilt!r}"',
             )
         ],

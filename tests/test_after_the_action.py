@@ -11,6 +11,7 @@ import attrs
 import pytest
 
 from safeact import DoubtReason, Failed, InDoubt, State, Store, Succeeded, safe
+from safeact._codec import ResultNotStorableError, encode
 from safeact._tool import AsyncSafeTool, SafeTool
 
 
@@ -166,7 +167,7 @@ def test_a_mismatch_message_names_types_when_repr_refuses(store: Store) -> None:
     counted(store, int, Price(9.5), [])("k")
     record = store.get("k")
     assert record is not None
-    expected = "a Price does not fit <class 'int'>: it would replay as 9"
+    expected = "a Price does not fit int: it would replay as 9"
     assert expected in (record.error_message or "")
 
 
@@ -238,3 +239,15 @@ def test_a_long_result_is_cut_short_in_the_mismatch_message(store: Store) -> Non
     record = store.get("k")
     assert record is not None
     assert f"{[1.5] * 1000!r}"[:197] + "... does not fit" in (record.error_message or "")
+
+
+@pytest.mark.parametrize("digits", [198, 199])
+def test_a_repr_of_200_characters_is_quoted_whole_and_a_longer_one_cut_to_200(
+    digits: int,
+) -> None:
+    """The limit itself: a repr of 200 characters is kept, one of 201 cut to 197 and '...'."""
+    value = "1" * digits  # its repr is digits + 2 characters long
+    shown = repr(value) if digits + 2 <= 200 else repr(value)[:197] + "..."
+    with pytest.raises(ResultNotStorableError) as raised:
+        encode(value, int)
+    assert str(raised.value) == f"{shown} does not fit int: it would replay as {value}"

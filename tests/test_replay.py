@@ -1,5 +1,6 @@
 """What was stored is what replays: a stored result comes back exactly, or raises StoreError."""
 
+import ast
 import dataclasses
 import datetime as dt
 import decimal
@@ -27,7 +28,14 @@ from safeact import (
     Succeeded,
     register_type,
 )
-from safeact._codec import _converter, _hooks, _same_json, decode, encode
+from safeact._codec import (
+    ResultNotStorableError,
+    _converter,
+    _hooks,
+    _same_json,
+    decode,
+    encode,
+)
 from safeact._protocol import JSON
 
 
@@ -117,11 +125,22 @@ def test_bool_result_of_an_int_tool_is_not_stored(store: Store) -> None:
     assert expected == tool_returning(store, int, value=True)("k")
 
 
-def test_set_is_stored_sorted() -> None:
-    """A set is stored sorted (bools, numbers, strings, then the rest), whatever its own order."""
-    members = frozenset({"b", 2, None, "a", 1.5, True})
-    expected = [True, 1.5, 2, "a", "b", None]
-    assert expected == encode(members, frozenset[str | int | float | bool | None])
+@pytest.mark.parametrize(
+    ("members", "expected"),
+    [
+        pytest.param({"b", 2, None, "a", 1.5, True}, [True, 1.5, 2, "a", "b", None], id="kinds"),
+        # False sorts before -1 only as a bool; "\n" before " " only by its own text, not its
+        # JSON ("\\n"); "z" before null only in the strings' own group.
+        pytest.param({-1, 0.5, False}, [False, -1, 0.5], id="bools-before-numbers"),
+        pytest.param({"z", " ", "\n", None}, ["\n", " ", "z", None], id="strings-by-text"),
+    ],
+)
+def test_set_is_stored_sorted(members: set[object], expected: list[object]) -> None:
+    """A set is stored sorted (bools, numbers, strings, then the rest), whatever its own order.
+
+    The order is part of the format: ledgers written before hold their sets in it.
+    """
+    assert expected == encode(frozenset(members), frozenset[str | int | float | bool | None])
 
 
 class Item(pydantic.BaseModel):
@@ -191,6 +210,39 @@ def test_model_with_its_own_json_for_a_set_replays(store: Store) -> None:
     record = store.get("k")
     assert record is not None
     assert record.result == {"tags": ["a,b,c"]}
+
+
+class Flat(pydantic.BaseModel):
+    """A model whose set and dict fields write themselves as strings, beside a plain list."""
+
+    tags: Annotated[
+        set[str],
+        PlainSerializer(lambda tags: ",".join(sorted(tags)), when_used="json"),
+        BeforeValidator(lambda data: set(data.split(",")) if isinstance(data, str) else data),
+    ]
+    counts: Annotated[
+        dict[str, int],
+        PlainSerializer(lambda counts: f"{sorted(counts.items())}", when_used="json"),
+        BeforeValidator(
+            lambda data: dict(ast.literal_eval(data)) if isinstance(data, str) else data
+        ),
+    ]
+    steps: list[str]
+
+
+def test_a_models_own_json_and_its_lists_are_stored_as_the_model_writes_them(
+    store: Store,
+) -> None:
+    """Only a model's sets are sorted; its lists and its fields' own JSON are kept as written.
+
+    A field's serializer may write a string, even one as long as the set it stands for.
+    """
+    flat = Flat(tags={"a"}, counts={"b": 2}, steps=["pack", "ship", "bill"])
+    stored = {"tags": "a", "counts": "[('b', 2)]", "steps": ["pack", "ship", "bill"]}
+    assert encode(flat, Flat) == stored
+    tool = tool_returning(store, Flat, flat)
+    tool("k")
+    assert tool("k") == Succeeded("k", flat, replayed=True)
 
 
 ITEM_JSON = {"name": "x", "at": "2026-11-30T00:00:00Z", "tags": ["a", "b"], "count": 3}
@@ -316,6 +368,31 @@ def test_result_whose_from_json_returns_another_type_is_not_stored(store: Store)
     outcome = tool_returning(store, Cents, Cents(3))("k")
     assert isinstance(outcome, Succeeded)
     assert outcome.recorded is False
+    record = store.get("k")
+    assert record is not None
+    cents = (
+        f"{__name__}.test_result_whose_from_json_returns_another_type_is_not_stored.<locals>.Cents"
+    )
+    assert (record.error_message or "").endswith(f"from_json of {cents} returned 3, not a {cents}")
+
+
+def test_a_to_json_whose_error_cannot_be_put_in_words_is_named_by_its_type() -> None:
+    """An error whose own str() raises still says what went wrong: its type's name."""
+
+    class UnsayableError(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError("no words")
+
+    class Token:
+        pass
+
+    def refuse(token: Token) -> JSON:
+        raise UnsayableError
+
+    register_type(Token, to_json=refuse, from_json=lambda _: Token())
+    with pytest.raises(ResultNotStorableError) as raised:
+        encode(Token(), Token)
+    assert str(raised.value) == "UnsayableError"
 
 
 def test_from_json_that_raises_is_a_store_error(store: Store) -> None:
@@ -416,6 +493,12 @@ def test_register_type_misuse_is_a_type_error(arguments: tuple[Any, Any, Any]) -
     cls, to_json, from_json = arguments
     with pytest.raises(TypeError, match="register_type"):
         register_type(cls, to_json=to_json, from_json=from_json)
+
+
+def test_register_type_of_a_generic_alias_names_what_it_was_given() -> None:
+    """The refusal of an alias such as list[int] shows it, and says to register the class."""
+    with pytest.raises(TypeError, match=r"takes a class, got list\[int\]: register the class"):
+        register_type(list[int], to_json=len, from_json=list)
 
 
 # The property: every return annotation of a family, every value of it.
