@@ -12,7 +12,16 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from safeact import SafeTool, Saga, Store, StoreError, get_store, safe
+from safeact import (
+    CorruptRecordError,
+    SafeTool,
+    Saga,
+    State,
+    Store,
+    StoreError,
+    get_store,
+    safe,
+)
 from safeact._cli import main
 from safeact._rows import _whole_json
 
@@ -193,9 +202,12 @@ def test_scan_records_gives_a_corrupt_row_as_its_error_in_its_place(any_ledger: 
     spoil(any_ledger, "k", "state", "exploded")
     with get_store(any_ledger) as store:
         found = store.scan_records()
+        only_succeeded = store.scan_records(state=State.SUCCEEDED)
     shown = [getattr(f, "subject", getattr(f, "key", None)) for f in found]
     assert shown == ["a", "k", "z"]
     assert [type(f).__name__ for f in found] == ["Record", "CorruptRecordError", "Record"]
+    assert str(found[1]).startswith(f"{store.location}: key 'k' is corrupt: state is")
+    assert [getattr(f, "key", f) for f in only_succeeded] == ["a", "z"]  # not k, in no state
 
 
 def test_a_key_stored_as_bytes_is_named_by_its_repr(ledger: Path) -> None:
@@ -209,11 +221,22 @@ def test_a_key_stored_as_bytes_is_named_by_its_repr(ledger: Path) -> None:
 
 
 def test_counts_refuses_an_unknown_state_naming_a_key(any_ledger: str) -> None:
-    """Store.counts raises StoreError naming a key whose state safeact never writes."""
+    """Store.counts raises StoreError naming the ledger, a key and the column it cannot read."""
     paid(any_ledger, "a", "k")
     spoil(any_ledger, "k", "state", "exploded")
-    with get_store(any_ledger) as store, pytest.raises(StoreError, match="key 'k' is corrupt"):
+    with get_store(any_ledger) as store, pytest.raises(CorruptRecordError) as raised:
         store.counts()
+    assert str(raised.value).startswith(f"{store.location}: key 'k' is corrupt: state is")
+    assert raised.value.column == "state"
+
+
+def test_counts_refuses_a_tool_that_is_not_text(ledger: Path) -> None:
+    """Store.counts names the column of a tool stored as bytes (SQLite keeps any type)."""
+    paid(ledger, "a", "k")
+    spoil(str(ledger), "k", "tool", b"pay")
+    with get_store(ledger) as store, pytest.raises(CorruptRecordError) as raised:
+        store.counts()
+    assert (raised.value.subject, raised.value.column) == ("k", "tool")
 
 
 @pytest.mark.parametrize(("column", "value", "said"), HISTORY)

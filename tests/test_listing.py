@@ -69,9 +69,10 @@ def test_counts_gives_each_tools_keys_per_state(store: Store) -> None:
     fill(store)
     store._claim("done-too", "a", "h", attempt_id="5", previous=None)
     assert store._finish("done-too", "5", state=State.SUCCEEDED, result=2)
+    store._claim("running-too", "a", "h", attempt_id="6", previous=None)
     assert store.counts() == {
         ("a", State.SUCCEEDED): 2,
-        ("a", State.ATTEMPTING): 1,
+        ("a", State.ATTEMPTING): 2,
         ("b", State.FAILED): 1,
         ("b", State.IN_DOUBT): 1,
     }
