@@ -575,6 +575,81 @@ class Slotted:
     amount: int
 
 
+@attrs.frozen
+class Shell:
+    inner: object
+
+
+@dataclasses.dataclass(frozen=True)
+class Husk:
+    inner: object
+
+
+def in_private(inner: object) -> Session:
+    session = Session(user="ada")
+    session._token = inner  # type: ignore[assignment] # private attributes are not validated
+    return session
+
+
+def in_object_array(inner: object) -> object:
+    array = np.empty(1, dtype=object)
+    array[0] = inner
+    return array
+
+
+# What wraps a value one step deeper, what sits innermost, and how many wrappings hash: a
+# list or an object array is one level, an object two (itself and its fields), a path one
+# more for its text.
+DEPTHS = {
+    "list": (lambda inner: [inner], 1, MAX_DEPTH),
+    "object array": (in_object_array, 1, MAX_DEPTH),
+    "attrs": (Shell, 1, MAX_DEPTH // 2),
+    "dataclass": (Husk, 1, MAX_DEPTH // 2),
+    "pydantic field": (lambda inner: Loose(item=inner), 1, MAX_DEPTH // 2),
+    "pydantic extra": (lambda inner: Loose(item=None, more=inner), 1, MAX_DEPTH // 2),  # type: ignore[call-arg] # an extra field
+    "pydantic private": (in_private, 1, MAX_DEPTH // 2),
+    "path in lists": (lambda inner: [inner], PurePosixPath("a"), MAX_DEPTH - 1),
+}
+
+
+@pytest.mark.parametrize(("wrap", "innermost", "deepest"), DEPTHS.values(), ids=DEPTHS.keys())
+def test_every_kind_of_container_counts_toward_the_depth_limit(
+    wrap: Any, innermost: object, deepest: int
+) -> None:
+    """A value nested MAX_DEPTH levels deep hashes; one wrapping more is refused as too deep."""
+
+    def wrapped(times: int) -> object:
+        value = innermost
+        for _ in range(times):
+            value = wrap(value)
+        return value
+
+    digest(wrapped(deepest))
+    with pytest.raises(TypeError, match=rf"it holds a value nested more than {MAX_DEPTH} levels"):
+        digest(wrapped(deepest + 1))
+
+
+@pytest.mark.parametrize(
+    ("half_built", "type_name", "field"),
+    [
+        (Request.__new__(Request), "tests.test_args_hash.Request", "body"),
+        (Slotted.__new__(Slotted), "tests.test_args_hash.Slotted", "amount"),
+        (Invoice.model_construct(), "tests.test_args_hash.Invoice", "amount"),
+    ],
+    ids=["dataclass", "attrs", "pydantic"],
+)
+def test_a_half_built_object_is_named_as_the_argument_or_inside_it(
+    half_built: object, type_name: str, field: str
+) -> None:
+    """The refusal says whether the argument is the object or holds it, its type and the fix."""
+    what = f"a value of type {type_name} whose field {field!r} was never set"
+    fix = "(made without its __init__?). Build it by calling its class; or leave"
+    for argument, where in ((half_built, "it is"), ([half_built], "it holds")):
+        with pytest.raises(TypeError) as refused:
+            digest(argument)
+        assert str(refused.value).startswith(f"cannot hash parameter 'value': {where} {what} {fix}")
+
+
 @pytest.mark.parametrize(
     "half_built",
     [Request.__new__(Request), Slotted.__new__(Slotted), Invoice.model_construct()],
