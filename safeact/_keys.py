@@ -486,7 +486,7 @@ def _float_text(value: float) -> str:
     ``np.float64(...)``), which would make the hash depend on the process.
     """
     numpy = sys.modules.get("numpy")
-    if type(value) is not float and numpy is not None and type(value) is numpy.float64:
+    if numpy is not None and type(value) is numpy.float64:
         return f"np.float64({float(value)!r})"
     return repr(value)
 

@@ -21,6 +21,7 @@ import math
 import os
 import subprocess
 import sys
+import textwrap
 import threading
 import uuid
 from collections.abc import Iterator
@@ -602,6 +603,8 @@ def in_object_array(inner: object) -> object:
 # more for its text.
 DEPTHS = {
     "list": (lambda inner: [inner], 1, MAX_DEPTH),
+    "set": (lambda inner: frozenset([inner]), 1, MAX_DEPTH),
+    "dict": (lambda inner: {"k": inner}, 1, MAX_DEPTH),
     "object array": (in_object_array, 1, MAX_DEPTH),
     "attrs": (Shell, 1, MAX_DEPTH // 2),
     "dataclass": (Husk, 1, MAX_DEPTH // 2),
@@ -627,6 +630,36 @@ def test_every_kind_of_container_counts_toward_the_depth_limit(
     digest(wrapped(deepest))
     with pytest.raises(TypeError, match=rf"it holds a value nested more than {MAX_DEPTH} levels"):
         digest(wrapped(deepest + 1))
+
+
+def test_a_float_hashes_alike_in_a_process_that_never_imported_numpy() -> None:
+    """Hashing a float looks for numpy's float64 only where numpy is imported already."""
+    child = textwrap.dedent(
+        """
+        import inspect, sys
+        from safeact._keys import ArgsHash
+
+        def act(key: str, value: object, extra: int = 0) -> None: ...
+
+        print(ArgsHash(inspect.signature(act))((1.5,), {}), "numpy" in sys.modules)
+        """
+    )
+    ran = subprocess.run([sys.executable, "-c", child], capture_output=True, text=True, check=True)
+    assert ran.stdout.split() == [digest(1.5), "False"]
+
+
+def test_a_dicts_keys_count_toward_the_depth_limit_as_its_values_do() -> None:
+    """A key nested in tuples is refused where a value as deep would be."""
+
+    def keyed(levels: int) -> dict[object, None]:
+        key: object = 1
+        for _ in range(levels):
+            key = (key,)
+        return {key: None}
+
+    digest(keyed(MAX_DEPTH - 1))
+    with pytest.raises(TypeError, match=rf"it holds a value nested more than {MAX_DEPTH} levels"):
+        digest(keyed(MAX_DEPTH))
 
 
 @pytest.mark.parametrize(
