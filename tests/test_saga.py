@@ -140,6 +140,10 @@ def test_exception_in_the_block_aborts_and_chains(store: Store) -> None:
     assert caught.value.__cause__ is error
     assert caught.value.reason == "ValueError: the agent changed its mind"
     assert caught.value.step is None
+    assert str(caught.value) == (
+        "saga 's' aborted: the saga block raised ValueError: the agent changed its mind; "
+        "fully rolled back. compensated: s:0:charge"
+    )
     assert bank.log == ["charge s:0:charge", "undo charge s:0:charge:compensate 50"]
 
 

@@ -33,6 +33,7 @@ from safeact._saga_run import (
     SagaRequest,
     SagaRun,
     Undo,
+    _undo_kind,
 )
 
 R = TypeVar("R")
@@ -433,6 +434,28 @@ def earned(  # noqa: PLR0911 - a case per list of the report
     if done is None or done.state is State.RELEASED:
         return "unreached"
     return {State.SUCCEEDED: "replayed", State.FAILED: "failed"}.get(done.state, "in_doubt")
+
+
+@pytest.mark.parametrize(
+    ("outcome", "after", "kind"),
+    [
+        (Succeeded("u", 1), State.SUCCEEDED, "compensated"),
+        (Succeeded("u", 1, replayed=True), State.SUCCEEDED, "replayed"),
+        (Succeeded("u", 1, recorded=False), State.IN_DOUBT, "in_doubt"),
+        (Failed("u", "undo", "RuntimeError", "down"), State.FAILED, "failed"),
+        (
+            replayed(record("u", State.IN_DOUBT, reason=DoubtReason.CRASHED)),
+            State.IN_DOUBT,
+            "in_doubt",
+        ),
+    ],
+    ids=["ran", "ran before", "not stored", "failed", "in doubt"],
+)
+def test_a_compensation_called_in_this_run_is_classed_by_its_outcome_and_record(
+    outcome: Outcome[object], after: State, kind: str
+) -> None:
+    """How a compensation called now went, for the report: its outcome, and what it left."""
+    assert _undo_kind(outcome, record("u", after)) == kind
 
 
 def test_a_run_that_rolled_back_takes_no_more_steps() -> None:

@@ -125,6 +125,9 @@ def test_step_in_doubt_with_a_compensation_leaves_the_rollback_incomplete(store:
         trip(store, effects)
     assert isinstance(caught.value.outcome, InDoubt)
     assert (caught.value.unresolved, caught.value.compensated) == ((BOOK,), (CHARGE,))
+    assert str(caught.value).startswith(
+        f"saga 'trip' aborted: step {BOOK!r} is in doubt (not compensated); NOT fully rolled back."
+    )
     assert not caught.value.fully_rolled_back
     assert saga_state(store) is SagaState.ROLLBACK_INCOMPLETE
 
