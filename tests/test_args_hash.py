@@ -491,6 +491,52 @@ def test_every_nan_hashes_alike() -> None:
     assert digest(complex(math.nan, 1)) == digest(complex(math.nan, 1)) != digest(complex(1, 1))
 
 
+def test_a_complex_arrays_nan_parts_are_made_alike_and_its_other_parts_kept() -> None:
+    """In a complex array, a NaN part is made the one NaN; the other part still counts."""
+    nan_imag = np.array([complex(1, math.nan)])
+    assert digest(nan_imag) == digest(np.array([complex(1, -math.nan)]))
+    assert digest(nan_imag) != digest(np.array([complex(2, math.nan)]))
+    assert digest(np.array([complex(math.nan, 1)])) != digest(np.array([complex(math.nan, 2)]))
+
+
+def test_arrays_that_cannot_hold_nan_hash_by_their_bytes() -> None:
+    """Strings and datetimes (NaT included) hash by content; only floats have NaNs to mend."""
+    for text, dtype in ((["a", "bc"], "U2"), (["NaT", "2026-12-02"], "datetime64[s]")):
+        assert digest(np.array(text, dtype=dtype)) == digest(np.array(text, dtype=dtype))
+    assert digest(np.array(["a"])) != digest(np.array(["b"]))
+
+
+@pytest.mark.parametrize(
+    ("value", "what", "fix"),
+    [
+        (
+            np.ma.masked_array([1, 2]),
+            (
+                "a value of type numpy.ma.MaskedArray, an ndarray subclass whose equality "
+                "safeact does not know"
+            ),
+            "Pass numpy.asarray(value) if its data alone makes the call",
+        ),
+        (
+            np.array([1.5], dtype=np.longdouble),
+            f"a numpy value of dtype {np.dtype(np.longdouble)}, whose bytes safeact cannot compare",
+            "Convert it to a plain dtype (numbers, bool, datetime64, fixed-width strings)",
+        ),
+    ],
+    ids=["subclass", "long double"],
+)
+def test_a_numpy_value_safeact_cannot_compare_is_refused_with_the_fix(
+    value: object, what: str, fix: str
+) -> None:
+    """The refusal names the type or dtype and the fix, as the argument or inside it."""
+    for argument, where in ((value, "it is"), ([value], "it holds")):
+        with pytest.raises(TypeError) as refused:
+            digest(argument)
+        assert str(refused.value).startswith(
+            f"cannot hash parameter 'value': {where} {what}. {fix}"
+        )
+
+
 def test_equal_values_of_other_types_are_other_calls() -> None:
     """1, 1.0, True, np.int64(1), np.float64(1) and arrays of 1 by another dtype all differ."""
     values: list[object] = [1, 1.0, True, 1 + 0j, fractions.Fraction(1), decimal.Decimal(1)]
