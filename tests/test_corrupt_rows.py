@@ -304,6 +304,51 @@ def test_a_corrupt_saga_step_is_refused(ledger: Path) -> None:
     assert str(raised.value).startswith(f"{ledger}: a step of saga 'order-2' is corrupt")
 
 
+@pytest.mark.parametrize(
+    ("table", "column", "value"),
+    [
+        ("sagas", "state", "'sulking'"),
+        ("sagas", "started_at", "'later'"),
+        ("sagas", "updated_at", "'later'"),
+        ("sagas", "aborted_step", "x'00'"),
+        ("sagas", "abort_reason", "x'00'"),
+        ("saga_steps", "key", "x'00'"),
+        ("saga_steps", "compensation", "x'00'"),
+    ],
+)
+def test_a_corrupt_saga_names_its_ledger_and_column(
+    ledger: Path, table: str, column: str, value: str
+) -> None:
+    """Store.get_saga names the ledger, the saga and the column it cannot read, in each table."""
+    two_sagas(ledger)
+    corrupt(str(ledger), f"UPDATE {table} SET {column} = {value} WHERE saga_id = 'order-2'")  # noqa: S608 - the tests' own names
+    with get_store(ledger) as store, pytest.raises(CorruptRecordError) as raised:
+        store.get_saga("order-2")
+    assert str(raised.value).startswith(f"{ledger}: ")
+    assert (raised.value.subject, raised.value.column) == ("order-2", column)
+
+
+def test_a_saga_id_that_is_not_text_is_named_by_its_repr(ledger: Path) -> None:
+    """Store.scan_sagas gives a saga whose id is bytes as an error naming the column."""
+    two_sagas(ledger)
+    corrupt(str(ledger), "UPDATE sagas SET saga_id = x'6f' WHERE saga_id = 'order-2'")
+    with get_store(ledger) as store:
+        found = store.scan_sagas()
+    assert [getattr(f, "column", None) for f in found] == [None, "saga_id"]
+
+
+@pytest.mark.parametrize("length", [40, 41])
+def test_a_corrupt_value_is_shown_whole_up_to_40_characters(ledger: Path, length: int) -> None:
+    """A corrupt value's repr is quoted whole up to 40 characters, else cut to 37 and '...'."""
+    paid(ledger, "k")
+    text = "x" * (length - 2)  # its repr adds two quotes
+    spoil(str(ledger), "k", "attempted_at", text)
+    with get_store(ledger) as store, pytest.raises(CorruptRecordError) as raised:
+        store.get("k")
+    shown = repr(text) if length <= 40 else repr(text)[:37] + "..."
+    assert raised.value.problem == f"attempted_at is {shown}, not an ISO 8601 time"
+
+
 def test_late_completions_refuses_a_corrupt_one(any_ledger: str) -> None:
     """Store.late_completions raises StoreError for a late completion in an unknown state."""
     paid(any_ledger, "k")
