@@ -9,7 +9,9 @@ python3 tasks.py stress    a long run of the Hypothesis state machine
 python3 tasks.py bench [--peers] [--quick]
                            the benchmark; --peers measures the peers too, in .venv-bench
 python3 tasks.py mutants   the named mutants: each guarantee broken on purpose turns a test red
-python3 tasks.py mutate    mutmut over the core modules ([tool.mutmut] in pyproject.toml), scored
+python3 tasks.py mutate [--fresh] [NAMES]
+                           mutmut over the core modules ([tool.mutmut] in pyproject.toml), scored;
+                           verdicts kept in mutation/ and taken up by the next run
 """
 
 import hashlib
@@ -243,25 +245,46 @@ def mutants(arguments: list[str]) -> None:
 
 
 def mutate(arguments: list[str]) -> None:
-    """Run mutmut afresh over the modules and tests [tool.mutmut] names; print the score."""
+    """Run mutmut over the modules and tests [tool.mutmut] names; print the score.
+
+    Verdicts are kept in mutation/, one file per module, and taken up by the next run on any
+    machine: mutmut runs only the mutants without one (new, or of a function that changed
+    since). Mutant names or globs as arguments run those again; --fresh forgets every verdict.
+    """
     python = venv(ROOT / ".venv-mutate", "--editable", f"{ROOT}[dev]", *MUTMUT)
-    copy = ROOT / "mutants"
+    copy, kept = ROOT / "mutants", ROOT / "mutation"
     shutil.rmtree(copy, ignore_errors=True)
-    copy.mkdir()  # on PYTHONPATH from the start, so child processes import the mutated package
+    (copy / "safeact").mkdir(parents=True)  # on PYTHONPATH from the start, for child processes
+    if "--fresh" in arguments:
+        shutil.rmtree(kept, ignore_errors=True)
+    for held in kept.glob("*.json"):  # as mutmut's own records, which it merges by hash
+        (copy / "safeact" / f"{held.stem}.py.meta").write_text(held.read_text())
     env = {**os.environ, "PYTHONPATH": str(copy), "SAFEACT_HYPOTHESIS_PROFILE": "ci"}
-    run(python.parent / "mutmut", "run", *arguments, env=env)
-    survivors: list[str] = []
-    print(f"{'module':<24}{'caught':>8}{'mutants':>9}")
-    for meta in sorted((copy / "safeact").glob("*.py.meta")):
-        codes: dict[str, int | None] = json.loads(meta.read_text())["exit_code_by_key"]
-        caught = sum(code in DETECTED for code in codes.values())
-        print(f"{meta.name.removesuffix('.meta'):<24}{caught:>8}{len(codes):>9}")
-        survivors += [
-            f"{name}: {UNCAUGHT.get(code, f'exit {code}')}"
-            for name, code in codes.items()
-            if code not in DETECTED
-        ]
-    print("not caught (see: mutmut show NAME):", *survivors, sep="\n  ")
+    names = [argument for argument in arguments if argument != "--fresh"]
+    try:
+        run(python.parent / "mutmut", "run", *names, env=env)
+    finally:  # an interrupted run keeps the verdicts it reached
+        kept.mkdir(exist_ok=True)
+        survivors: list[str] = []
+        print(f"{'module':<24}{'caught':>8}{'run':>6}{'mutants':>9}")
+        for meta in sorted((copy / "safeact").glob("*.py.meta")):
+            record = json.loads(meta.read_text())
+            codes: dict[str, int | None] = record["exit_code_by_key"]
+            module = meta.name.removesuffix(".py.meta")
+            verdicts = {
+                "hash_by_function_name": record["hash_by_function_name"],
+                "exit_code_by_key": codes,
+            }
+            (kept / f"{module}.json").write_text(json.dumps(verdicts, indent=0, sort_keys=True))
+            caught = sum(code in DETECTED for code in codes.values())
+            ran = sum(code is not None for code in codes.values())
+            print(f"{module:<24}{caught:>8}{ran:>6}{len(codes):>9}")
+            survivors += [
+                f"{name}: {UNCAUGHT.get(code, f'exit {code}')}"
+                for name, code in codes.items()
+                if code is not None and code not in DETECTED
+            ]
+        print("not caught (see: mutmut show NAME):", *survivors, sep="\n  ")
 
 
 def bench(arguments: list[str]) -> None:
