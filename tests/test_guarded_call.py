@@ -1,8 +1,10 @@
 """The contract of a guarded call, one rule at a time, in one process."""
 
 import functools
+import importlib.machinery
 import subprocess
 import sys
+import types
 from datetime import UTC
 from pathlib import Path
 
@@ -524,6 +526,34 @@ def test_default_name_uses_the_module_name_of_python_m(tmp_path: Path) -> None:
         for how in (["-m", "tests.child"], [str(root / "tests" / "child.py")])
     ]
     assert names == ["tests.child.main.<locals>.probe", "__main__.main.<locals>.probe"]
+
+
+@pytest.mark.parametrize(
+    ("main_spec", "module", "expected"),
+    [
+        ("app.cli", "__main__", "app.cli.refund"),
+        (None, "__main__", "__main__.refund"),
+        ("app.cli", "billing", "billing.refund"),
+    ],
+    ids=["python -m", "script", "imported"],
+)
+def test_the_default_name_reads_the_real_module_of_main_alone(
+    store: Store,
+    monkeypatch: pytest.MonkeyPatch,
+    main_spec: str | None,
+    module: str,
+    expected: str,
+) -> None:
+    """Whatever runs this process: __main__'s spec names a tool of __main__, and only it."""
+    main = types.ModuleType("__main__")
+    main.__spec__ = None if main_spec is None else importlib.machinery.ModuleSpec(main_spec, None)
+    monkeypatch.setitem(sys.modules, "__main__", main)
+
+    def refund(key: str) -> None:
+        pass
+
+    refund.__module__, refund.__qualname__ = module, "refund"
+    assert safe(store)(refund).name == expected
 
 
 def test_a_waiter_that_finds_the_owner_finished_after_all_replays_its_outcome(
