@@ -90,7 +90,7 @@ def _ask(
         answer = probe(record.key, receipt)
     except Exception as exc:  # noqa: BLE001 - a probe's failure is an answer: "cannot tell"
         telemetry.raised(exc)
-        return store._note(record, Why.PROBE_FAILED, f"the probe raised {_describe(exc)}")
+        return store._note(record, Why.PROBE_FAILED, f"the probe raised {telemetry.describe(exc)}")
     checkpoint("probed")
     match answer:
         case Happened(result=result, note=note):
@@ -120,10 +120,3 @@ def _ask(
 
 def _said(verdict: str, note: str) -> str:
     return f"probe: {verdict}" + (f" ({note})" if note else "")
-
-
-def _describe(exc: Exception) -> str:
-    try:
-        return f"{type(exc).__name__}: {exc}"
-    except Exception:  # noqa: BLE001 - a broken __str__ must not hide the failure
-        return type(exc).__name__

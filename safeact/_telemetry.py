@@ -312,7 +312,7 @@ class Watch(Quiet):
             if self.span is not None:
                 _record(self.span, exc)
                 if isinstance(exc, Exception):  # an interrupt is no error of the call's
-                    self._error(_describe(exc))
+                    self._error(describe(exc))
         elif self.outcome is not None:
             self.level = _level(self.outcome)
         if events.isEnabledFor(self.level):
@@ -341,8 +341,7 @@ class Watch(Quiet):
         """Record ``exc``, caught inside the event, on the span: it ended the event in error."""
         self.set(error_type=_type_name(type(exc)))
         if self.span is not None:
-            _record(self.span, exc)
-            self._error(_describe(exc))
+            _record(self.span, exc)  # the status is the event's note, which says it
 
     @_harmless(_second)
     def ended(self, outcome: Outcome[S]) -> Outcome[S]:
@@ -480,7 +479,8 @@ def _record(span: Span, exc: BaseException) -> None:
         span.add_event("exception", {"exception.type": _type_name(type(exc))})
 
 
-def _describe(exc: BaseException) -> str:
+def describe(exc: BaseException) -> str:
+    """``Type: message``, or the type's name alone if the exception cannot say more."""
     try:
         return f"{type(exc).__name__}: {exc}"
     except Exception:  # noqa: BLE001 - a broken __str__ must not break the call

@@ -34,11 +34,13 @@ from safeact import (
     Failed,
     Happened,
     InDoubt,
+    KeyConflictError,
     NotHappened,
     NotProvenError,
     Saga,
     SagaFailed,
     Store,
+    StoreError,
     Succeeded,
     Verdict,
     get_store,
@@ -243,7 +245,32 @@ def test_an_exception_whose_str_breaks_still_gives_failed_with_telemetry_on(
     assert isinstance(outcome, Failed)
     (span,) = named(spans, "safeact.call")
     assert span.status.status_code is StatusCode.ERROR
-    assert [event.name for event in span.events] == ["exception"]
+    assert span.status.description == f"{outcome.error_type}: {outcome.message}"
+    (event,) = span.events
+    assert (event.name, dict(event.attributes or {})) == (
+        "exception",
+        {"exception.type": outcome.error_type},  # all the exception could say of itself
+    )
+    assert outcome.error_type.endswith(".UnprintableError")
+
+
+def test_an_error_raised_out_of_a_call_is_its_spans_status(
+    ledger: Path, spans: InMemorySpanExporter
+) -> None:
+    """A call that raises (a key of other arguments) ends its span in ERROR, saying why."""
+
+    @safe(ledger, name="charge")
+    def charge(key: str, cents: int) -> int:
+        return cents
+
+    charge("k-1", 5)
+    with pytest.raises(KeyConflictError) as raised:
+        charge("k-1", 6)
+    span = named(spans, "safeact.call")[-1]
+    assert (span.status.status_code, span.status.description) == (
+        StatusCode.ERROR,
+        f"KeyConflictError: {raised.value}",
+    )
 
 
 def test_an_interrupted_call_records_the_interrupt_without_calling_it_an_error(
@@ -432,10 +459,38 @@ def test_a_probe_that_raises_records_its_exception_inside_the_calls_span(
     assert isinstance(charge("k-1"), InDoubt)
     (span,) = named(spans, "safeact.probe")
     assert attributes(span)["safeact.verdict"] == "failed"
-    assert span.status.status_code is StatusCode.ERROR
+    assert (span.status.status_code, span.status.description) == (
+        StatusCode.ERROR,
+        "the probe raised ConnectionError: bank unreachable",
+    )
     (event,) = span.events
     assert dict(event.attributes or {})["exception.type"] == "ConnectionError"
     assert parent_of(spans, span).name == "safeact.call"
+
+
+def test_a_probe_whose_exception_cannot_say_what_it_is_is_named_by_its_type(
+    ledger: Path, spans: InMemorySpanExporter
+) -> None:
+    """A probe's exception whose __str__ raises: the span's status names its type alone."""
+
+    class UnsayableError(Exception):
+        def __str__(self) -> str:
+            raise RuntimeError
+
+    def probe(key: str, receipt: InDoubt) -> Verdict[int]:
+        raise UnsayableError
+
+    @safe(ledger, name="charge", reconcile=probe)
+    def charge(key: str) -> int:
+        return 1
+
+    left_in_doubt(charge.store, charge, "k-1")
+    assert isinstance(charge("k-1"), InDoubt)
+    (span,) = named(spans, "safeact.probe")
+    assert (span.status.status_code, span.status.description) == (
+        StatusCode.ERROR,
+        "the probe raised UnsayableError",
+    )
 
 
 def test_a_resolve_is_a_span_with_the_operators_decision(
@@ -685,7 +740,9 @@ def test_the_gauge_skips_a_closed_store(
     assert not [attrs for attrs in found if ("safeact.ledger", closed.location) in attrs]
     warnings = [record for record in caplog.records if record.levelno >= logging.WARNING]
     said = f"could not count the keys in doubt of {closed.location}"
-    assert said in {w.getMessage() for w in warnings}
+    (warned,) = [w for w in warnings if w.getMessage() == said]
+    assert isinstance(warned.exc_info, tuple)  # with what went wrong
+    assert isinstance(warned.exc_info[1], StoreError)
 
 
 class Breaking(SpanProcessor):
