@@ -258,7 +258,9 @@ def mutate(arguments: list[str]) -> None:
     if "--fresh" in arguments:
         shutil.rmtree(kept, ignore_errors=True)
     for held in kept.glob("*.json"):  # as mutmut's own records, which it merges by hash
-        (copy / "safeact" / f"{held.stem}.py.meta").write_text(held.read_text())
+        record = {**json.loads(held.read_text()), "durations_by_key": {}}
+        record["estimated_durations_by_key"] = {}
+        (copy / "safeact" / f"{held.stem}.py.meta").write_text(json.dumps(record))
     env = {**os.environ, "PYTHONPATH": str(copy), "SAFEACT_HYPOTHESIS_PROFILE": "ci"}
     names = [argument for argument in arguments if argument != "--fresh"]
     try:
