@@ -357,6 +357,30 @@ def test_late_completions_refuses_a_corrupt_one(any_ledger: str) -> None:
         store.late_completions()
 
 
+@pytest.mark.parametrize(
+    ("column", "value"),
+    [
+        ("attempt_id", b"old"),
+        ("result", "{"),
+        ("error_type", b"E"),
+        ("error_message", b"m"),
+        ("finished_at", "2026-01-02"),
+    ],
+)
+def test_a_corrupt_late_completion_names_its_ledger_and_column(
+    ledger: Path, column: str, value: object
+) -> None:
+    """Store.scan_late_completions gives each corrupt column's error, naming the ledger."""
+    paid(ledger, "k")
+    corrupt(str(ledger), LATE, "old", "succeeded", "2026-01-01T00:00:00+00:00")
+    corrupt(str(ledger), f"UPDATE late_completions SET {column} = ?", value)  # noqa: S608 - the tests' own names
+    with get_store(ledger) as store:
+        (found,) = store.scan_late_completions("k")
+    assert isinstance(found, CorruptRecordError)
+    assert str(found).startswith(f"{ledger}: late completion of key 'k' is corrupt")
+    assert found.column == column
+
+
 def test_scan_late_completions_reads_the_good_ones(any_ledger: str) -> None:
     """Store.scan_late_completions gives a good late completion and a corrupt one's error."""
     paid(any_ledger, "k")
