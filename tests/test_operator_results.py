@@ -92,7 +92,7 @@ def test_tool_resolve_refuses_another_tools_key(store: Store) -> None:
     def other(key: str) -> int:
         return 1
 
-    with pytest.raises(SafeError, match="^key 'k' belongs to tool charge, not other: decide"):
+    with pytest.raises(SafeError, match=r"^key 'k' belongs to tool charge, not other: decide"):
         other.resolve("k", happened=True, result=1)
     record = store.get("k")
     assert record is not None
@@ -185,7 +185,7 @@ def test_amend_is_refused_for_another_tools_key(store: Store) -> None:
     def other(key: str) -> int:
         return 1
 
-    with pytest.raises(SafeError, match="^key 'k' belongs to tool charge"):
+    with pytest.raises(SafeError, match=r"^key 'k' belongs to tool charge"):
         other.amend("k", 2)
 
 
