@@ -20,6 +20,7 @@ from safeact import (
     SafeTool,
     State,
     Store,
+    StoreError,
     Succeeded,
     Why,
     get_store,
@@ -418,10 +419,45 @@ def test_outcome_is_returned_when_its_record_cannot_be_written(
 
     assert act("k") == Succeeded("k", 1, recorded=False)
     assert "could not record succeeded for key 'k'" in caplog.text
+    either = f"{act.name}: could not mark key 'k' in doubt either; it looks busy until its lease"
+    assert either in caplog.text
     with get_store(any_ledger) as reopened:
         record = reopened.get("k")
         assert record is not None
         assert record.state is State.ATTEMPTING
+
+
+@pytest.mark.parametrize(
+    ("raises", "did", "reason"),
+    [
+        (False, "ran", DoubtReason.RESULT_NOT_STORED),
+        (True, "raised", DoubtReason.FAILURE_NOT_STORED),
+    ],
+    ids=["returned", "raised"],
+)
+def test_an_outcome_the_ledger_refused_leaves_the_key_in_doubt_saying_what_the_action_did(
+    store: Store, monkeypatch: pytest.MonkeyPatch, raises: bool, did: str, reason: DoubtReason
+) -> None:
+    """The outcome's write fails, the mark after it does not: in doubt, with what is known."""
+
+    def refused(*_: object, **__: object) -> bool:
+        raise StoreError("disk full")
+
+    monkeypatch.setattr(store, "_finish", refused)
+
+    @safe(store, name="act")
+    def act(key: str) -> int:
+        if raises:
+            raise RuntimeError("declined")
+        return 1
+
+    act("k")
+    record = store.get("k")
+    assert record is not None
+    assert (record.state, record.doubt_reason) == (State.IN_DOUBT, reason)
+    assert (
+        record.error_message == f"the action {did}, but its outcome could not be stored: disk full"
+    )
 
 
 def test_interrupt_propagates_even_if_the_doubt_cannot_be_recorded(
