@@ -740,6 +740,21 @@ def test_half_built_objects_are_refused(half_built: object) -> None:
         digest([half_built])
 
 
+def test_a_plain_object_inside_an_argument_gets_the_hint_for_a_field_that_holds_it() -> None:
+    """Only an object inside the argument, perhaps a field's, is told how to leave a field out."""
+    hint = "leave that field out of equality (attrs.field(eq=False)"
+    with pytest.raises(TypeError) as alone:
+        digest(Plain())
+    assert str(alone.value).startswith("cannot hash parameter 'value': it is a value of type ")
+    assert hint not in str(alone.value)
+    for holder in ([Plain()], Shell(Plain())):
+        with pytest.raises(TypeError) as inside:
+            digest(holder)
+        said = str(inside.value)
+        assert said.startswith("cannot hash parameter 'value': it holds a value of type ")
+        assert hint in said
+
+
 def test_plain_object_is_refused_before_anything_runs(sqlite_store: Store) -> None:
     """An object of a plain class is refused, naming tool, parameter, type and both fixes."""
     runs: list[str] = []
