@@ -349,6 +349,16 @@ def test_a_corrupt_value_is_shown_whole_up_to_40_characters(ledger: Path, length
     assert raised.value.problem == f"attempted_at is {shown}, not an ISO 8601 time"
 
 
+def test_reconcile_refuses_a_corrupt_unsettled_row_naming_its_ledger(any_ledger: str) -> None:
+    """Store.reconcile reads unsettled keys as written: a corrupt one is named, and its ledger."""
+    with get_store(any_ledger) as store:
+        store._claim("k", "pay", "h", attempt_id="a", previous=None)
+    spoil(any_ledger, "k", "attempted_at", "noon")
+    with get_store(any_ledger) as store, pytest.raises(CorruptRecordError) as raised:
+        store.reconcile({})
+    assert str(raised.value).startswith(f"{store.location}: key 'k' is corrupt: attempted_at")
+
+
 def test_late_completions_refuses_a_corrupt_one(any_ledger: str) -> None:
     """Store.late_completions raises StoreError for a late completion in an unknown state."""
     paid(any_ledger, "k")

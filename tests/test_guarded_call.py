@@ -356,6 +356,21 @@ def test_tool_keeps_the_function_identity(store: Store) -> None:
     assert (tool.__name__, tool.__doc__, tool.__wrapped__) == ("charge", "Charge a card.", charge)  # type: ignore[attr-defined] # set by update_wrapper
 
 
+def test_an_async_tool_keeps_the_function_identity_and_its_settings(store: Store) -> None:
+    """An async tool exposes the same: name, docstring, __wrapped__, and its compensation."""
+
+    async def charge(key: str) -> None:
+        """Charge a card."""
+
+    def refund(key: str, charged: None) -> None:
+        """Give the money back."""
+
+    tool = safe(store, compensate=refund)(charge)
+    assert isinstance(tool, AsyncSafeTool)
+    assert (tool.__name__, tool.__doc__, tool.__wrapped__) == ("charge", "Charge a card.", charge)  # type: ignore[attr-defined] # set by update_wrapper
+    assert tool.compensate is refund
+
+
 def test_safe_accepts_a_path_string_and_keyword(tmp_path: Path) -> None:
     """safe("file"), safe(store="file") and safe(Path) all open the ledger at that path."""
     decorators = [

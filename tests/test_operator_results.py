@@ -103,8 +103,13 @@ def test_a_misfit_operator_value_says_how_to_amend_it(store: Store) -> None:
     """Replaying a value an operator stored that does not fit raises StoreError naming amend."""
     charge = in_doubt(store, [])
     store.resolve("k", happened=True, result=9.99)
-    with pytest.raises(StoreError, match=r"'k'.*int from 9\.99.*An operator.*amend"):
+    with pytest.raises(StoreError, match=r"'k'.*int from 9\.99.*An operator.*amend") as raised:
         charge("k")
+    fix = (
+        f"An operator or a probe recorded this value; correct it with {charge.name}.amend('k', "
+        "value) or `safeact amend LEDGER k --result JSON`"
+    )
+    assert fix in str(raised.value)
 
 
 def test_amend_corrects_an_operator_value_and_keeps_the_old_one_in_history(store: Store) -> None:
