@@ -301,18 +301,12 @@ class KeyTransitions(Ledger):
 
         Returns the event, or ``None`` if the key had moved on from ``record``'s attempt.
         """
-        event = self._new_event(
-            record.key,
-            State.IN_DOUBT,
-            why,
-            note=note,
-            from_state=State.IN_DOUBT,
-            attempt_id=record.attempt_id,
-        )
+        event = self._new_event(record.key, None, why, note=note, attempt_id=record.attempt_id)
         with self._errors(), self._transaction(sync=False) as db:
             now = self._locked_row(db, record.key)
             if now is None or now[1] != record.attempt_id or State(now[0]) not in UNSETTLED:
                 return None
+            # The states are the row's as it is now, read under its lock.
             event = attrs.evolve(event, from_state=State(now[0]), to_state=State(now[0]))
             record_event(db, "key", event)
         return event
