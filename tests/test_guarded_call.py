@@ -488,7 +488,7 @@ def test_interrupt_propagates_even_if_the_doubt_cannot_be_recorded(
 
     with pytest.raises(KeyboardInterrupt):
         act("k")
-    assert "could not mark key 'k' in doubt" in caplog.text
+    assert f"{act.name}: could not mark key 'k' in doubt" in caplog.text
 
 
 def test_completion_after_release_and_new_claim_is_kept_as_late(

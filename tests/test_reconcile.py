@@ -120,6 +120,7 @@ def answering_a_wrong_type(key: str, receipt: InDoubt) -> Verdict[int]:
             Why.PROBE_UNKNOWN,
             "probe: cannot tell (bank is down)",
         ),
+        (lambda _k, _r: Unknown(), Why.PROBE_UNKNOWN, "probe: cannot tell"),
         (raising, Why.PROBE_FAILED, "the probe raised ConnectionError: bank unreachable"),
         (
             answering_nonsense,
@@ -128,7 +129,7 @@ def answering_a_wrong_type(key: str, receipt: InDoubt) -> Verdict[int]:
         ),
         (answering_a_wrong_type, Why.PROBE_FAILED, "the probe's result cannot be stored"),
     ],
-    ids=["unknown", "raises", "nonsense", "wrong-type"],
+    ids=["unknown", "unknown-unsaid", "raises", "nonsense", "wrong-type"],
 )
 def test_a_probe_that_cannot_tell_leaves_the_key_in_doubt(
     store: Store, probe: Callable[[str, InDoubt], Verdict[int]], why: Why, note: str
@@ -160,6 +161,8 @@ def test_a_probe_that_cannot_tell_leaves_the_key_in_doubt(
     assert (last.from_state, last.to_state, last.why) == (State.IN_DOUBT, State.IN_DOUBT, why)
     assert last.note is not None
     assert last.note.startswith(note)
+    if why is Why.PROBE_UNKNOWN:
+        assert last.note == note  # the probe's own words, if any, and nothing else
 
 
 def test_the_probe_is_asked_once_per_call(store: Store) -> None:

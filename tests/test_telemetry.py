@@ -678,6 +678,28 @@ def test_log_records_carry_the_fields_at_their_levels(
     assert records[2].getMessage() == "call logged 'lost': in doubt (crashed)"
 
 
+def test_a_replay_and_an_operators_decision_say_so_in_their_log_messages(
+    ledger: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A replay says "(replayed)"; a decision names what it decided and the state it left."""
+
+    @safe(ledger, name="said")
+    def act(key: str) -> int:
+        return 1
+
+    caplog.set_level(logging.DEBUG, logger="safeact.events")
+    act("k")
+    act("k")
+    left_in_doubt(act.store, act, "lost")
+    act.store.resolve("lost", happened=True, result=2)
+    messages = [record.getMessage() for record in caplog.records if record.name == "safeact.events"]
+    assert messages == [
+        "call said 'k': succeeded",
+        "call said 'k': succeeded (replayed)",
+        "resolve said 'lost': happened -> succeeded",
+    ]
+
+
 def test_a_busy_key_logs_at_info_and_an_unstored_result_at_warning(
     ledger: Path, caplog: pytest.LogCaptureFixture
 ) -> None:
