@@ -537,6 +537,12 @@ def test_a_numpy_value_safeact_cannot_compare_is_refused_with_the_fix(
         )
 
 
+def test_an_int_of_more_digits_than_json_writes_is_hashed_from_the_first_such_int() -> None:
+    """10**4300, the first int json.dumps cannot write by default, is hashed in hex, not refused."""
+    first_too_long = 10**4300
+    assert digest(first_too_long) != digest(first_too_long + 1)
+
+
 def test_equal_values_of_other_types_are_other_calls() -> None:
     """1, 1.0, True, np.int64(1), np.float64(1) and arrays of 1 by another dtype all differ."""
     values: list[object] = [1, 1.0, True, 1 + 0j, fractions.Fraction(1), decimal.Decimal(1)]

@@ -255,9 +255,10 @@ def test_an_exception_whose_str_breaks_still_gives_failed_with_telemetry_on(
 
 
 def test_an_error_raised_out_of_a_call_is_its_spans_status(
-    ledger: Path, spans: InMemorySpanExporter
+    ledger: Path, spans: InMemorySpanExporter, caplog: pytest.LogCaptureFixture
 ) -> None:
     """A call that raises (a key of other arguments) ends its span in ERROR, saying why."""
+    caplog.set_level(logging.DEBUG, logger="safeact.events")
 
     @safe(ledger, name="charge")
     def charge(key: str, cents: int) -> int:
@@ -271,6 +272,9 @@ def test_an_error_raised_out_of_a_call_is_its_spans_status(
         StatusCode.ERROR,
         f"KeyConflictError: {raised.value}",
     )
+    logged = [record.getMessage() for record in caplog.records if record.name == "safeact.events"]
+    assert logged[-1] == f"call charge 'k-1': raised {attributes(span)['safeact.error_type']}"
+    assert logged[-1].endswith("KeyConflictError")
 
 
 def test_an_interrupted_call_records_the_interrupt_without_calling_it_an_error(
