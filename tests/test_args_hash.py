@@ -580,8 +580,13 @@ def test_an_int_longer_than_the_process_allows_is_refused() -> None:
     limit = sys.get_int_max_str_digits()
     sys.set_int_max_str_digits(640)
     try:
-        with pytest.raises(TypeError, match=r"parameter 'value'.* more than 640 digits"):
-            digest(10**700)
+        digest(10**640 - 1)  # 640 digits: within the limit
+        for argument, where in ((10**640, "it is"), ([10**640], "it holds")):
+            with pytest.raises(TypeError) as refused:
+                digest(argument)
+            assert str(refused.value).startswith(f"cannot hash parameter 'value': {where} ")
+            assert "an int of more than 640 digits" in str(refused.value)
+            assert "Raise the limit to 4300 (Python's default) or more" in str(refused.value)
     finally:
         sys.set_int_max_str_digits(limit)
 
@@ -681,6 +686,8 @@ def test_every_kind_of_container_counts_toward_the_depth_limit(
 
     digest(wrapped(deepest))
     with pytest.raises(TypeError, match=rf"it holds a value nested more than {MAX_DEPTH} levels"):
+        digest(wrapped(deepest + 1))
+    with pytest.raises(TypeError, match=r"\(or one that holds itself\)\. Pass a flatter value;"):
         digest(wrapped(deepest + 1))
 
 
