@@ -68,6 +68,7 @@ HISTORY = [
     ("by_kind", "robot", "by_kind is 'robot', not 'process' or 'operator'"),
     ("by_pid", 0, "by_pid is 0, not a process id"),
     ("to_state", "completed", "to_state is 'completed', not one of attempting"),
+    ("from_state", "completed", "from_state is 'completed', not one of attempting"),
 ]
 """Corruptions of a key's history event: column, value, what is said."""
 
@@ -248,8 +249,19 @@ def test_history_refuses_a_corrupt_event(
     add_event(any_ledger, **{column: value})
     with get_store(any_ledger) as store, pytest.raises(StoreError) as raised:
         store.history("k")
+    assert str(raised.value).startswith(f"{store.location}: an event in the history of 'k' is ")
     assert f"history of 'k' is corrupt: {said}" in str(raised.value)
     assert "append-only: restore the ledger from a backup" in str(raised.value)
+
+
+@pytest.mark.parametrize("column", ["by_host", "attempt_id"])
+def test_a_history_event_with_a_column_that_is_not_text_names_it(ledger: Path, column: str) -> None:
+    """A history column safeact writes as text, stored as bytes, is named (SQLite keeps any)."""
+    paid(ledger, "k")
+    add_event(str(ledger), **{column: b"x"})
+    with get_store(ledger) as store, pytest.raises(CorruptRecordError) as raised:
+        store.history("k")
+    assert raised.value.column == column
 
 
 def test_scan_history_gives_a_corrupt_event_in_its_place(any_ledger: str) -> None:
