@@ -194,10 +194,6 @@ def _nothing(_: tuple[object, ...]) -> None:
     return None
 
 
-def _first(args: tuple[object, ...]) -> object:
-    return args[0]
-
-
 def _second(args: tuple[object, ...]) -> object:
     return args[1]
 
