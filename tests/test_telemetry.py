@@ -327,6 +327,46 @@ def tool_name(fn: Callable[..., object]) -> str:
     return f"{fn.__module__}.{fn.__qualname__}"
 
 
+def trip_spans(
+    spans: InMemorySpanExporter,
+    saga_id: str,
+    book: Callable[..., object],
+    pay: Callable[..., object],
+    unbook: Callable[..., object],
+) -> list[ReadableSpan]:
+    """Check the spans of a trip that booked, failed to pay and unbooked; return its steps'."""
+    steps = named(spans, "safeact.saga.step")
+    assert [saga_attributes(step) for step in steps] == [
+        {
+            "saga_id": saga_id,
+            "key": f"{saga_id}:0:book",
+            "tool": tool_name(book),
+            "outcome": "succeeded",
+        },
+        {
+            "saga_id": saga_id,
+            "key": f"{saga_id}:1:pay",
+            "tool": tool_name(pay),
+            "outcome": "failed",
+        },
+    ]
+    (undo,) = named(spans, "safeact.saga.compensate")
+    assert saga_attributes(undo) == {
+        "saga_id": saga_id,
+        "step": f"{saga_id}:0:book",
+        "key": f"{saga_id}:0:book:compensate",
+        "tool": tool_name(unbook),
+        "outcome": "succeeded",
+    }
+    calls = named(spans, "safeact.call")
+    assert [parent_of(spans, call).name for call in calls] == [
+        "safeact.saga.step",
+        "safeact.saga.step",
+        "safeact.saga.compensate",
+    ]
+    return steps
+
+
 def test_a_saga_step_and_its_compensation_are_spans_over_their_calls(
     ledger: Path, spans: InMemorySpanExporter
 ) -> None:
@@ -346,31 +386,8 @@ def test_a_saga_step_and_its_compensation_are_spans_over_their_calls(
         saga.step(book, "12A", compensate=unbook)
         saga.step(pay, 50)
     assert undone == ["booked 12A"]
-    steps = named(spans, "safeact.saga.step")
-    assert [saga_attributes(step) for step in steps] == [
-        {
-            "saga_id": "trip-1",
-            "key": "trip-1:0:book",
-            "tool": tool_name(book),
-            "outcome": "succeeded",
-        },
-        {"saga_id": "trip-1", "key": "trip-1:1:pay", "tool": tool_name(pay), "outcome": "failed"},
-    ]
+    steps = trip_spans(spans, "trip-1", book, pay, unbook)
     assert steps[1].status.status_code is StatusCode.ERROR
-    (undo,) = named(spans, "safeact.saga.compensate")
-    assert saga_attributes(undo) == {
-        "saga_id": "trip-1",
-        "step": "trip-1:0:book",
-        "key": "trip-1:0:book:compensate",
-        "tool": tool_name(unbook),
-        "outcome": "succeeded",
-    }
-    calls = named(spans, "safeact.call")
-    assert [parent_of(spans, call).name for call in calls] == [
-        "safeact.saga.step",
-        "safeact.saga.step",
-        "safeact.saga.compensate",
-    ]
 
 
 def test_an_async_sagas_step_and_compensation_are_spans_over_their_calls(
@@ -394,30 +411,7 @@ def test_an_async_sagas_step_and_compensation_are_spans_over_their_calls(
 
     with pytest.raises(SagaFailed):
         asyncio.run(trip())
-    steps = named(spans, "safeact.saga.step")
-    assert [saga_attributes(step) for step in steps] == [
-        {
-            "saga_id": "trip-2",
-            "key": "trip-2:0:book",
-            "tool": tool_name(book),
-            "outcome": "succeeded",
-        },
-        {"saga_id": "trip-2", "key": "trip-2:1:pay", "tool": tool_name(pay), "outcome": "failed"},
-    ]
-    (undo,) = named(spans, "safeact.saga.compensate")
-    assert saga_attributes(undo) == {
-        "saga_id": "trip-2",
-        "step": "trip-2:0:book",
-        "key": "trip-2:0:book:compensate",
-        "tool": tool_name(unbook),
-        "outcome": "succeeded",
-    }
-    calls = named(spans, "safeact.call")
-    assert [parent_of(spans, call).name for call in calls] == [
-        "safeact.saga.step",
-        "safeact.saga.step",
-        "safeact.saga.compensate",
-    ]
+    trip_spans(spans, "trip-2", book, pay, unbook)
 
 
 def test_a_probe_asked_by_reconcile_is_a_span_with_its_verdict(
