@@ -228,14 +228,17 @@ def test_a_failed_call_records_the_exception_and_an_error_status(
     assert dict(event.attributes or {})["exception.message"] == "card declined"
 
 
+class UnprintableError(Exception):
+    """An exception that cannot say what it is: its ``__str__`` raises."""
+
+    def __str__(self) -> str:
+        raise RuntimeError
+
+
 def test_an_exception_whose_str_breaks_still_gives_failed_with_telemetry_on(
     ledger: Path, spans: InMemorySpanExporter
 ) -> None:
     """Recording an exception whose __str__ raises must not break the call it records."""
-
-    class UnprintableError(Exception):
-        def __str__(self) -> str:
-            raise RuntimeError
 
     @safe(ledger, name="charge")
     def charge(key: str) -> int:
@@ -471,12 +474,8 @@ def test_a_probe_whose_exception_cannot_say_what_it_is_is_named_by_its_type(
 ) -> None:
     """A probe's exception whose __str__ raises: the span's status names its type alone."""
 
-    class UnsayableError(Exception):
-        def __str__(self) -> str:
-            raise RuntimeError
-
     def probe(key: str, receipt: InDoubt) -> Verdict[int]:
-        raise UnsayableError
+        raise UnprintableError
 
     @safe(ledger, name="charge", reconcile=probe)
     def charge(key: str) -> int:
@@ -487,7 +486,7 @@ def test_a_probe_whose_exception_cannot_say_what_it_is_is_named_by_its_type(
     (span,) = named(spans, "safeact.probe")
     assert (span.status.status_code, span.status.description) == (
         StatusCode.ERROR,
-        "the probe raised UnsayableError",
+        "the probe raised UnprintableError",
     )
 
 
