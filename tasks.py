@@ -258,7 +258,10 @@ def mutate(arguments: list[str]) -> None:
     if "--fresh" in arguments:
         shutil.rmtree(kept, ignore_errors=True)
     for held in kept.glob("*.json"):  # as mutmut's own records, which it merges by hash
-        durations = {"durations_by_key": {}, "estimated_durations_by_key": {}}
+        durations: dict[str, dict[str, float]] = {
+            "durations_by_key": {},
+            "estimated_durations_by_key": {},
+        }
         record = {**json.loads(held.read_text()), **durations}
         (copy / "safeact" / f"{held.stem}.py.meta").write_text(json.dumps(record))
     env = {**os.environ, "PYTHONPATH": str(copy), "SAFEACT_HYPOTHESIS_PROFILE": "ci"}
