@@ -1,5 +1,6 @@
 import os
 import shutil
+import sys
 import tempfile
 import uuid
 from collections.abc import Callable, Iterator
@@ -9,6 +10,12 @@ import pytest
 from hypothesis import settings
 
 from safeact import Store, get_store
+
+if "MUTANT_UNDER_TEST" in os.environ:
+    # mutmut calls every mutated function through two frames of its own (its trampoline), so
+    # a value nested MAX_DEPTH levels deep needs about three times the stack it needs anywhere
+    # else: without this, test_args_hash's depth tests fail before any mutant runs.
+    sys.setrecursionlimit(3 * sys.getrecursionlimit())
 
 settings.register_profile("ci", derandomize=True, deadline=None, database=None)
 settings.register_profile("dev", deadline=None)
