@@ -357,3 +357,26 @@ def test_every_doubt_the_ledger_can_learn_from_is_marked(data: st.DataObject) ->
         )
         if isinstance(step, Doubt) and may_mark(step.record, step.reason):
             assert trace.requests[i + 2] == Mark(step.record, step.reason)
+
+
+@pytest.mark.parametrize("marked", [True, False], ids=["marked", "row moved on"])
+def test_a_refused_mark_decides_again_and_a_mark_that_went_through_ends_in_doubt(
+    marked: bool,
+) -> None:
+    """A dead owner's key is marked in doubt; if the row moved on first, the key is read again."""
+    expired = record(State.ATTEMPTING, lease=-5)
+    steps = call()
+    assert steps.send(None) == Read("k")
+    assert steps.send(expired) == Look(OWNER)
+    mark = steps.send(Sighting(gone=True, lost=False))
+    assert isinstance(mark, Mark)
+    if marked:
+        with pytest.raises(StopIteration) as done:
+            steps.send(marked)
+        assert isinstance(done.value.value, InDoubt)
+        assert done.value.value.reason is mark.reason
+        return
+    assert steps.send(marked) == Read("k")  # the owner finished meanwhile
+    with pytest.raises(StopIteration) as done:
+        steps.send(record(State.SUCCEEDED))
+    assert done.value.value == Succeeded("k", 1, replayed=True)
