@@ -380,3 +380,12 @@ def test_a_refused_mark_decides_again_and_a_mark_that_went_through_ends_in_doubt
     with pytest.raises(StopIteration) as done:
         steps.send(record(State.SUCCEEDED))
     assert done.value.value == Succeeded("k", 1, replayed=True)
+
+
+def test_a_live_lease_whose_owner_lost_its_session_is_marked_in_doubt() -> None:
+    """A lease still running is no proof of a live owner: a lost session makes it suspect."""
+    held = record(State.ATTEMPTING)  # its lease runs for 25 s more
+    steps = call(wait=1.0)
+    assert steps.send(None) == Read("k")
+    assert steps.send(held) == Look(OWNER)
+    assert steps.send(Sighting(gone=False, lost=True)) == Mark(held, DoubtReason.SESSION_LOST)
