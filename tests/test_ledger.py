@@ -9,7 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import closing, contextmanager
 from pathlib import Path
 
 import attrs
@@ -638,3 +638,35 @@ def test_resolve_refuses_a_key_whose_owner_is_running(store: SqliteStore) -> Non
     assert record is not None
     assert record.state is State.ATTEMPTING
     assert store.list_in_doubt() == []
+
+
+@pytest.fixture
+def far_from_utc() -> Iterator[None]:
+    """The process's local zone, for the test: five and a half hours ahead of UTC."""
+    before = os.environ.get("TZ")
+    os.environ["TZ"] = "IST-5:30"  # POSIX: the zone's name, then its offset west of UTC
+    time.tzset()
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["TZ"]
+        else:
+            os.environ["TZ"] = before
+        time.tzset()
+
+
+def test_times_are_stored_in_utc_whatever_the_local_zone(ledger: Path, far_from_utc: None) -> None:
+    """The ledger's times are text compared as text (leases, cutoffs): all in UTC, always."""
+
+    @safe(ledger, name="zoned")
+    def act(key: str) -> int:
+        return 1
+
+    act("k")
+    with closing(sqlite3.connect(ledger)) as db:
+        times = db.execute(
+            "SELECT attempted_at, finished_at, lease_until FROM calls WHERE key = 'k'"
+        ).fetchone()
+    assert time.localtime().tm_gmtoff == 5.5 * 3600
+    assert [when[-6:] for when in times] == ["+00:00"] * 3
