@@ -580,6 +580,51 @@ def test_the_metrics_count_calls_replays_and_doubts_and_time_claims_and_fsyncs(
     assert getattr(fsyncs, "count", 0) - before >= 2  # each claim waited for one
 
 
+def test_a_sagas_calls_are_counted_once_not_again_as_its_steps(
+    ledger: Path, reader: InMemoryMetricReader
+) -> None:
+    """A step's or compensation's span wraps a call: the metrics count the call alone."""
+
+    def book(key: str, seat: str) -> str:
+        return f"booked {seat}"
+
+    def unbook(key: str, booking: str) -> None:
+        pass
+
+    def pay(key: str, amount: int) -> int:
+        raise RuntimeError("declined")
+
+    with pytest.raises(SagaFailed), Saga("trip-counted", ledger) as saga:
+        saga.step(book, "12A", compensate=unbook)
+        saga.step(pay, 50)
+    tools = {tool_name(fn) for fn in (book, unbook, pay)}
+    assert {
+        attrs: value
+        for attrs, value in points(reader, "safeact.calls").items()
+        if dict(attrs)["safeact.tool"] in tools
+    } == {
+        of(tool=tool_name(book), outcome="succeeded"): 1,
+        of(tool=tool_name(pay), outcome="failed"): 1,
+        of(tool=tool_name(unbook), outcome="succeeded"): 1,
+    }
+
+
+def test_spans_are_made_while_safeacts_log_is_silenced(
+    store: Store, spans: InMemorySpanExporter, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Whether a call is watched is OpenTelemetry's or the log's to say: either suffices."""
+    caplog.set_level(logging.ERROR, logger="safeact")
+
+    @safe(store, name="unlogged")
+    def act(key: str) -> int:
+        return 1
+
+    act("k")
+    (span,) = named(spans, "safeact.call")
+    assert attributes(span)["safeact.tool"] == "unlogged"
+    assert caplog.records == []
+
+
 def two_in_doubt(store: Store) -> None:
     """Leave keys k-1 and k-2 of tool "gauged" in doubt in ``store``."""
 
@@ -935,6 +980,15 @@ with store._transaction(sync=False) as db:
     db.execute("UPDATE calls SET owner_started = -2 WHERE state = 'attempting'")
 assert isinstance(plain("k-3"), safeact.InDoubt)  # a WARNING: no handler prints it
 store.reconcile({"plain": lambda key, receipt: Happened(1)})
+
+@safe(store, name="other")
+def other(key: str) -> int:
+    return 3
+
+try:
+    other("k-1")  # the key is plain's: raised out of the call, so a WARNING with its type
+except safeact.KeyConflictError:
+    pass
 try:
     from safeact.otel import observe_in_doubt
     observe_in_doubt(store)
@@ -942,6 +996,7 @@ except ImportError as exc:
     print("observe_in_doubt:", exc)
 events = [r for r in records if r.name == "safeact.events"]
 print(*sorted({r.safeact_event for r in events}))
+print(*[f"{r.levelname} {r.getMessage()}" for r in events if ": raised " in r.getMessage()])
 print(*sorted(m for m, v in sys.modules.items() if m.startswith("opentelemetry") and v))
 """
 
@@ -959,6 +1014,7 @@ def test_without_opentelemetry_calls_work_and_nothing_of_it_loads(tmp_path: Path
     assert done.stdout.splitlines() == [
         "observe_in_doubt: observe_in_doubt needs OpenTelemetry's API: pip install 'safeact[otel]'",
         "call compensation probe saga_step",
+        "WARNING call other 'k-1': raised safeact.exceptions.KeyConflictError",
         "",
     ]
 
