@@ -26,7 +26,7 @@ import psycopg
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from safeact import Succeeded, _postgres, get_store
+from safeact import DoubtReason, State, Succeeded, _postgres, get_store
 from safeact._owner import Owner, this_process
 from safeact._postgres import _database, _liveness, _owner_lock
 from safeact.postgres import PostgresStore
@@ -294,6 +294,24 @@ def test_an_owner_whose_liveness_session_ended_is_lost_but_not_gone(
         terminate(admin, ended)
         after = (observer._owner_lost(owner.owner), observer._owner_gone(owner.owner))
     assert (before, after) == (False, (True, False))
+
+
+def test_readers_see_a_running_key_whose_owners_liveness_session_ended_in_doubt(
+    owner: PostgresStore, admin: Admin, postgres_ledger: str
+) -> None:
+    """``get`` and ``list_in_doubt`` show the suspicion (SESSION_LOST) and write nothing."""
+    owner._claim("held", "charge", "0" * 64, attempt_id="held-attempt", previous=None)
+    (ended,) = holders_of(admin, _owner_lock(owner.owner))
+    terminate(admin, ended)
+    with get_store(postgres_ledger, host="host-b", lease=LONG_LEASE) as observer:
+        seen = observer.get("held")
+        listed = [(record.key, record.doubt_reason) for record in observer.list_in_doubt()]
+        stored = observer._stored("held")
+    assert seen is not None
+    assert (seen.state, seen.doubt_reason) == (State.IN_DOUBT, DoubtReason.SESSION_LOST)
+    assert listed == [("held", DoubtReason.SESSION_LOST)]
+    assert stored is not None
+    assert stored.state is State.ATTEMPTING  # a suspicion is only shown, never recorded here
 
 
 def test_an_owners_lock_held_in_another_database_does_not_make_it_look_alive(
