@@ -577,7 +577,10 @@ def test_the_metrics_count_calls_replays_and_doubts_and_time_claims_and_fsyncs(
     assert 0 < getattr(claims, "sum", 0) < 10
     (fsyncs,) = points(reader, "safeact.fsync.duration").values()
     before = sum(getattr(point, "count", 0) for point in fsyncs_before.values())
-    assert getattr(fsyncs, "count", 0) - before >= 2  # each claim waited for one
+    synced = getattr(fsyncs, "count", 0) - before
+    assert synced >= 2  # each claim waited for one
+    took = getattr(fsyncs, "sum", 0) - sum(getattr(p, "sum", 0) for p in fsyncs_before.values())
+    assert 0 < took < 10 * synced  # seconds each fsync took, not a time on the clock
 
 
 def test_a_sagas_calls_are_counted_once_not_again_as_its_steps(
