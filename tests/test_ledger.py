@@ -670,3 +670,27 @@ def test_times_are_stored_in_utc_whatever_the_local_zone(ledger: Path, far_from_
         ).fetchone()
     assert time.localtime().tm_gmtoff == 5.5 * 3600
     assert [when[-6:] for when in times] == ["+00:00"] * 3
+
+
+@pytest.mark.parametrize(
+    ("column", "field"), [("owner_machine", "machine_id"), ("owner_pidns", "pid_namespace")]
+)
+def test_an_owner_of_another_machine_or_pid_namespace_is_never_proven_gone_here(
+    store: SqliteStore, column: str, field: str
+) -> None:
+    """Its process id names another process, or none, here: only its lease may decide."""
+
+    @safe(store, name="elsewhere")
+    def act(key: str) -> int:
+        return 1
+
+    store._claim("k", "elsewhere", act._digest("k", (), {}), attempt_id="a", previous=None)
+    with store._transaction(sync=False) as db:
+        # Same host name, but recorded apart from this process; its pid names nothing here.
+        db.execute(f"UPDATE calls SET {column} = 'elsewhere', owner_pid = ?", (2**22 + 1,))  # noqa: S608 - a parameter of the test
+    seen = store.get("k")
+    assert seen is not None
+    assert (seen.state, getattr(seen.owner, field)) == (
+        State.ATTEMPTING,
+        "elsewhere",
+    )
