@@ -41,6 +41,9 @@ CALLS = [
 
 WRONG_TYPES = [
     ("owner_host", b"\x00host", "owner_host is b'\\x00host', not text"),
+    ("owner_boot", b"boot", "owner_boot is b'boot', not text"),
+    ("owner_machine", b"machine", "owner_machine is b'machine', not text"),
+    ("owner_pidns", b"ns", "owner_pidns is b'ns', not text"),
     ("owner_pid", "abc", "owner_pid is 'abc', not a process id"),
     ("owner_started", "early", "owner_started is 'early', not an integer"),
     ("result", b"5", "result is b'5', not text"),
