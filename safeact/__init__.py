@@ -8,6 +8,7 @@ from typing import TYPE_CHECKING
 
 from safeact._codec import register_type
 from safeact._history import Event, Why
+from safeact._keys import Key
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
 from safeact._owner import Owner
 from safeact._protocol import DoubtReason, Record, SagaRecord, SagaState, State
@@ -51,6 +52,7 @@ __all__ = [
     "Happened",
     "InDoubt",
     "InDoubtError",
+    "Key",
     "KeyConflictError",
     "KeyPolicy",
     "NoRunKeyError",

@@ -192,8 +192,11 @@ def guarded_call(  # noqa: PLR0913 - the call, and what of its tool the rules ne
     encode: Callable[[object], JSON],
     utc_now: Callable[[], datetime],
     monotonic: Callable[[], float] = time.monotonic,
+    former_hash: Callable[[], str] | None = None,
 ) -> Generator[Request, object, Outcome[object]]:
     """Make one call of ``tool`` with ``args_hash`` under ``key``; return its ``Outcome``.
+
+    ``former_hash`` gives the call's hash as an older safeact wrote it (``next_step``).
 
     ``wait`` is how long to wait on a live owner; ``probing`` whether the tool has a probe
     to ask once when the key is in doubt; ``replay`` rebuilds a settled record's outcome;
@@ -206,7 +209,7 @@ def guarded_call(  # noqa: PLR0913 - the call, and what of its tool the rules ne
     deadline, pause, probed = monotonic() + wait, FIRST_PAUSE, False
     withheld: str | None = None
     while True:
-        match (yield from _decide(key, args_hash, tool, utc_now)):
+        match (yield from _decide(key, args_hash, tool, utc_now, former_hash)):
             case Replay(stored):
                 return replay(stored)
             case Run(previous):
@@ -230,7 +233,11 @@ def guarded_call(  # noqa: PLR0913 - the call, and what of its tool the rules ne
 
 
 def _decide(
-    key: str, args_hash: str, tool: str, utc_now: Callable[[], datetime]
+    key: str,
+    args_hash: str,
+    tool: str,
+    utc_now: Callable[[], datetime],
+    former_hash: Callable[[], str] | None,
 ) -> Generator[Request, object, Step]:
     """Read the key (and, if it is unsettled, what is known of its owner); decide the step."""
     record = cast("Record | None", (yield Read(key)))
@@ -244,6 +251,7 @@ def _decide(
         now=utc_now(),
         owner_gone=lambda _: seen.gone,
         owner_lost=lambda _: seen.lost,
+        former_hash=former_hash,
     )
 
 

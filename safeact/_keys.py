@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as dt
 import decimal
@@ -15,7 +16,7 @@ import sys
 import uuid
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, TypeAlias, final
+from typing import TYPE_CHECKING, Annotated, Any, TypeAlias, final
 
 import attrs
 
@@ -27,7 +28,16 @@ if TYPE_CHECKING:
 
     from safeact._protocol import JSON
 
-__all__ = ["ArgsHash", "args_hash", "check_ignore", "check_key", "ignored_names"]
+__all__ = [
+    "ArgsHash",
+    "Key",
+    "args_hash",
+    "check_ignore",
+    "check_key",
+    "former_args_hash",
+    "ignored_names",
+    "marks_key",
+]
 
 MAX_DEPTH = 100
 """How deep an argument may nest (containers, and objects' fields) and still be hashed."""
@@ -68,6 +78,28 @@ _FIELD_OUT = (
     "; if a field holds it, leave that field out of equality (attrs.field(eq=False), "
     "dataclasses.field(compare=False))"
 )
+
+
+@final
+class _KeyMark:
+    """The mark ``Key`` puts on a parameter: it receives the key, whatever its name."""
+
+    __slots__ = ()
+
+    def __repr__(self) -> str:
+        return "safeact.Key"
+
+
+Key: TypeAlias = Annotated[str, _KeyMark()]
+"""A tool's first parameter, when it is not named ``key``: ``def send(idem: Key, to: str)``.
+
+Type checkers see a ``str``; ``safe`` reads the mark when the tool is made.
+"""
+
+
+def marks_key(annotation: object) -> bool:
+    """Whether ``annotation`` (resolved, extras kept) is ``Key``, or ``Key`` inside ``Annotated``."""
+    return any(isinstance(meta, _KeyMark) for meta in getattr(annotation, "__metadata__", ()))
 
 
 class _Refused(Exception):  # noqa: N818 - internal: args_hash turns it into a TypeError
@@ -172,11 +204,14 @@ def args_hash(
 ) -> str:
     """Hash the arguments of a call (the key excluded) as bound to ``signature``.
 
-    Defaults are applied, so ``f(k, 1, b=2)`` and ``f(k, 1, 2)`` hash alike; parameters
-    named in ``ignore`` are left out. Values are hashed by kind and content, so two calls
-    hash alike exactly when their arguments are equal and of the same kinds (see
-    ``_canonical`` for what that means, and where it is stricter than ``==``). A tool
-    hashes through its ``ArgsHash``, which gives the same digest with less work per call.
+    An argument equal to its parameter's default is left out, as though it were not
+    passed: ``f(k, 1, b=2)`` and ``f(k, 1)`` hash alike when ``b`` defaults to 2, and a
+    parameter added later with a default leaves the hash of calls that do not pass it as
+    it was. Parameters named in ``ignore`` are left out too. Values are hashed by kind and
+    content, so two calls hash alike exactly when their arguments are equal and of the
+    same kinds (see ``_canonical`` for what that means, and where it is stricter than
+    ``==``). A tool hashes through its ``ArgsHash``, which gives the same digest with less
+    work per call.
 
     Raises:
         TypeError: the arguments do not fit ``signature``; or an argument cannot be
@@ -186,12 +221,64 @@ def args_hash(
             ``sys.set_int_max_str_digits``. The message names the parameter and what to do.
 
     """
+    _, *parameters = signature.parameters.values()
+    defaults = _default_texts(parameters)
+    arguments = _bound(signature, args, kwargs)
+    return _digest(
+        [
+            f"{json.dumps(name)}:{text}"
+            for name in sorted(arguments)
+            if name not in ignore and (text := _text(name, arguments[name])) != defaults[name]
+        ]
+    )
+
+
+def former_args_hash(
+    signature: inspect.Signature,
+    args: tuple[object, ...],
+    kwargs: Mapping[str, object],
+    ignore: frozenset[str] = frozenset(),
+) -> str:
+    """``args_hash`` as safeact 0.1 wrote it, defaults included: what older ledgers hold.
+
+    A key recorded by that version matches a call whose hash under it is the recorded one.
+
+    Raises:
+        TypeError: as ``args_hash``.
+
+    """
+    arguments = _bound(signature, args, kwargs)
+    return _digest(
+        [
+            f"{json.dumps(name)}:{_text(name, arguments[name])}"
+            for name in sorted(arguments)
+            if name not in ignore
+        ]
+    )
+
+
+def _bound(
+    signature: inspect.Signature, args: tuple[object, ...], kwargs: Mapping[str, object]
+) -> dict[str, object]:
+    """Every argument after the key by parameter name, defaults applied, as ``inspect`` binds."""
     bound = signature.bind(None, *args, **kwargs)
     bound.apply_defaults()
-    arguments = {n: v for n, v in list(bound.arguments.items())[1:] if n not in ignore}
-    return _digest(
-        [f"{json.dumps(name)}:{_text(name, arguments[name])}" for name in sorted(arguments)]
-    )
+    return dict(list(bound.arguments.items())[1:])
+
+
+def _default_texts(parameters: list[inspect.Parameter]) -> dict[str, str | None]:
+    """The JSON text of each parameter's default (``None``: it has none that can be hashed).
+
+    A variadic parameter's default is what it receives when given nothing.
+    """
+    texts: dict[str, str | None] = {}
+    for parameter in parameters:
+        default = _UNGIVEN.get(parameter.kind, parameter.default)
+        texts[parameter.name] = None
+        if default is not inspect.Parameter.empty:
+            with contextlib.suppress(TypeError):  # a default that cannot be hashed is never left out
+                texts[parameter.name] = _text(parameter.name, default)
+    return texts
 
 
 @final
@@ -202,7 +289,7 @@ class ArgsHash:
     ignore)``, digest and errors alike, for a signature that takes the key first and
     positionally (as every tool's does). What ``args_hash`` works out on every call is
     worked out here once: which parameters are hashed, in which order, under which JSON
-    name, and how arguments bind to them.
+    name, the text of their defaults, and how arguments bind to them.
     """
 
     __slots__ = ("_bind", "_ignore", "_members", "_signature")
@@ -213,8 +300,9 @@ class ArgsHash:
         self._ignore = ignore
         _, *parameters = signature.parameters.values()
         self._bind = _Binding(parameters)
+        defaults = _default_texts(parameters)
         hashed = sorted(p.name for p in parameters if p.name not in ignore)
-        self._members = tuple((name, f"{json.dumps(name)}:") for name in hashed)
+        self._members = tuple((name, f"{json.dumps(name)}:", defaults[name]) for name in hashed)
 
     def __call__(self, args: tuple[object, ...], kwargs: Mapping[str, object]) -> str:
         """Hash the arguments of a call, as ``args_hash`` does.
@@ -227,8 +315,21 @@ class ArgsHash:
         if arguments is None:  # something to complain about, or a call _Binding leaves to inspect
             return args_hash(self._signature, args, kwargs, self._ignore)
         return _digest(
-            [f"{json_name}{_text(name, arguments[name])}" for name, json_name in self._members]
+            [
+                f"{json_name}{text}"
+                for name, json_name, default in self._members
+                if (text := _text(name, arguments[name])) != default
+            ]
         )
+
+    def former(self, args: tuple[object, ...], kwargs: Mapping[str, object]) -> str:
+        """``former_args_hash`` of a call: the hash an older ledger holds for it.
+
+        Raises:
+            TypeError: as ``args_hash``.
+
+        """
+        return former_args_hash(self._signature, args, kwargs, self._ignore)
 
 
 @final

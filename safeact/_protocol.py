@@ -232,11 +232,15 @@ def next_step(  # noqa: PLR0913 - the record, the call, and what the world says 
     now: datetime,
     owner_gone: Callable[[Owner], bool],
     owner_lost: Callable[[Owner], bool] = lambda _: False,
+    former_hash: Callable[[], str] | None = None,
 ) -> Step:
     """Decide what a call of ``tool`` with ``args_hash`` does, given the key's record.
 
     ``now`` is compared with the owner's lease; ``owner_gone`` says whether an owner
     provably no longer runs, ``owner_lost`` whether its liveness session is lost.
+    ``former_hash`` gives the call's hash as an older safeact wrote it (defaults
+    included), asked only when the record's hash is not ``args_hash``: a key an older
+    version recorded for the same call is the same action.
 
     Raises:
         KeyConflictError: the key is recorded for another tool or other arguments.
@@ -248,7 +252,7 @@ def next_step(  # noqa: PLR0913 - the record, the call, and what the world says 
         raise KeyConflictError(
             record.key, f"is already recorded for tool {record.tool!r}, not {tool!r}"
         )
-    if record.args_hash != args_hash:
+    if record.args_hash != args_hash and (former_hash is None or record.args_hash != former_hash()):
         raise KeyConflictError(
             record.key,
             f"is already recorded for other arguments (args hash {record.args_hash[:12]}, "

@@ -7,6 +7,7 @@ import functools
 import inspect
 import logging
 import os
+import pathlib
 import shlex
 import sys
 import threading
@@ -50,7 +51,14 @@ from safeact._call import (
 )
 from safeact._codec import ResultNotStorableError, check_return_type, decode, encode
 from safeact._history import Why
-from safeact._keys import ArgsHash, check_ignore, check_key, check_text, ignored_names
+from safeact._keys import (
+    ArgsHash,
+    check_ignore,
+    check_key,
+    check_text,
+    ignored_names,
+    marks_key,
+)
 from safeact._outcome import Outcome, Succeeded, failed_from, in_doubt_from
 from safeact._owner import Owner
 from safeact._protocol import (
@@ -407,19 +415,22 @@ class _Guard(Generic[T_co]):
             key, result=result, encode=self._checked, tool=self.name, note=note
         )
 
-    def _steps(self, key: str, digest: str) -> Generator[Request, object, Outcome[T_co]]:
+    def _steps(
+        self, key: str, args: tuple[object, ...], kwargs: dict[str, object]
+    ) -> Generator[Request, object, Outcome[T_co]]:
         """The call's requests for a driver to carry out (see ``_call``)."""
         return cast(
             "Generator[Request, object, Outcome[T_co]]",
             guarded_call(
                 key,
-                digest,
+                self._digest(key, args, kwargs),
                 tool=self.name,
                 wait=self.wait,
                 probing=self.reconcile is not None,
                 replay=self._replay,
                 encode=self._encode,
                 utc_now=utc_now,
+                former_hash=lambda: self._args_hash.former(args, kwargs),
             ),
         )
 
@@ -591,7 +602,7 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
                 IN_DOUBT (interrupted).
 
         """
-        steps = self._steps(key, self._digest(key, args, kwargs))
+        steps = self._steps(key, args, kwargs)
         answer: object = None
         with telemetry.call(self.name, key) as watch:
             try:
@@ -667,7 +678,7 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
         """Run the coroutine function at most once for ``key``; see ``SafeTool.__call__``."""
         import asyncio  # noqa: PLC0415 - only async callers pay for it (~20 ms)
 
-        steps = self._steps(key, self._digest(key, args, kwargs))
+        steps = self._steps(key, args, kwargs)
         answer: object = None
         with telemetry.call(self.name, key) as watch:
             while True:
@@ -804,17 +815,36 @@ def _check_function(fn: Callable[..., object]) -> None:
 
 
 def _default_name(fn: Callable[..., object]) -> str:
-    """Return ``module.qualname``, with the real module name of ``python -m module``.
+    """Return ``module.qualname``, the module named as an import would name it.
 
-    A plain script's functions live in ``__main__``: the same function imported elsewhere
-    gets another name, and its keys conflict. Pass ``name=`` to pin it.
+    A script's functions live in ``__main__``, which would name the same tool differently
+    when its file runs as ``python agent.py``, as ``python -m agent`` or is imported, and
+    a key that names the tool would move between a crash and its recovery. So a script
+    is named as its file would be imported: ``python -m`` gives the name; ``python
+    agent.py`` gives its file's name, with the packages (folders with ``__init__.py``)
+    above it. A script without a file (``python -c``, a notebook) stays ``__main__``;
+    pass ``name=`` to pin any tool's name.
     """
     module = fn.__module__
     if module == "__main__":
-        spec = getattr(sys.modules["__main__"], "__spec__", None)
+        main = sys.modules["__main__"]
+        spec = getattr(main, "__spec__", None)
+        path = getattr(main, "__file__", None)
         if spec is not None:
             module = spec.name
+        elif isinstance(path, str):
+            module = _module_of(pathlib.Path(path))
     return f"{module}.{fn.__qualname__}"
+
+
+def _module_of(path: pathlib.Path) -> str:
+    """The dotted name ``path`` is imported under: its stem, below the packages that hold it."""
+    parts = [path.stem]
+    folder = path.resolve().parent
+    while (folder / "__init__.py").is_file() and folder.parent != folder:
+        parts.insert(0, folder.name)
+        folder = folder.parent
+    return ".".join(parts)
 
 
 def _key_first_signature(fn: Callable[..., object], tool: str) -> inspect.Signature:
@@ -845,6 +875,15 @@ def _key_first_signature(fn: Callable[..., object], tool: str) -> inspect.Signat
             "what it needs of the object as arguments, or a @staticmethod taking the key first"
         )
     annotation = _first_annotation(fn, first)
+    if first.name != "key" and not marks_key(annotation):
+        # Whatever it is called, the first parameter gets the key: def send(to, body) would
+        # key every email by its address, and later emails to that person would replay.
+        raise TypeError(
+            f"{tool}: its first parameter, {first.name!r}, would receive the key; name it "
+            "'key' and put the arguments after it, e.g. 'def send_receipt(key: str, to: str) "
+            "-> Receipt', or mark it as the key: "
+            f"'def {fn.__name__}({first.name}: safeact.Key, ...)'"
+        )
     if not _takes_str(annotation):
         shown = annotation if isinstance(annotation, str) else inspect.formatannotation(annotation)
         raise TypeError(
@@ -860,7 +899,7 @@ def _first_annotation(fn: Callable[..., object], first: inspect.Parameter) -> ob
     if first.annotation is inspect.Parameter.empty:
         return first.annotation
     try:
-        return typing.get_type_hints(fn).get(first.name, first.annotation)
+        return typing.get_type_hints(fn, include_extras=True).get(first.name, first.annotation)
     except (NameError, TypeError):  # another annotation cannot be resolved: judge as written
         return first.annotation
 
@@ -871,6 +910,8 @@ def _takes_str(annotation: object) -> bool:
         return True
     if isinstance(annotation, str):
         return True  # unresolvable: check_return_type refuses the function for that
+    if typing.get_origin(annotation) is typing.Annotated:
+        return _takes_str(typing.get_args(annotation)[0])
     supertype = getattr(annotation, "__supertype__", None)  # typing.NewType
     if supertype is not None:
         return _takes_str(supertype)

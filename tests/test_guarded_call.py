@@ -562,8 +562,11 @@ def test_key_and_name_must_be_valid_text(store: Store, text: str) -> None:
     assert runs == []
 
 
-def test_default_name_uses_the_module_name_of_python_m(tmp_path: Path) -> None:
-    """Run with -m, a tool is named after its real module; run as a script, after __main__."""
+def test_default_name_is_the_same_run_as_a_script_or_with_m(tmp_path: Path) -> None:
+    """A tool is named after the module its file is imported as, whether run with -m or as a script.
+
+    Its keys must not move when a crashed ``python agent.py`` is resumed as ``python -m agent``.
+    """
     root = Path(__file__).resolve().parent.parent
     arguments = [str(tmp_path / "agent.db"), str(tmp_path / "effects"), "k"]
     names = [
@@ -576,7 +579,7 @@ def test_default_name_uses_the_module_name_of_python_m(tmp_path: Path) -> None:
         ).stdout.strip()
         for how in (["-m", "tests.child"], [str(root / "tests" / "child.py")])
     ]
-    assert names == ["tests.child.main.<locals>.probe", "__main__.main.<locals>.probe"]
+    assert names == ["tests.child.main.<locals>.probe", "tests.child.main.<locals>.probe"]
 
 
 @pytest.mark.parametrize(

@@ -3,13 +3,22 @@
 import asyncio
 import os
 from pathlib import Path
-from typing import NewType
+from typing import Annotated, NewType
 
 import pytest
 
-from safeact import FailedCallError, SafeTool, StoreError, get_store, raise_on_doubt, safe
+import safeact
+from safeact import (
+    FailedCallError,
+    SafeTool,
+    StoreError,
+    Succeeded,
+    get_store,
+    raise_on_doubt,
+    safe,
+)
 
-Key = NewType("Key", str)
+OrderKey = NewType("OrderKey", str)
 
 PASSWORD = "s3cret"  # noqa: S105 - made up, to look for in what the store shows
 
@@ -113,11 +122,43 @@ def test_raise_on_doubt_raises_an_async_tool_failure(ledger: Path) -> None:
 def test_first_parameter_of_another_type_is_refused(ledger: Path) -> None:
     """A first parameter annotated as something other than ``str`` is refused at once."""
 
-    def send(to: int) -> None:
+    def send(key: int) -> None:
         pass
 
     with pytest.raises(TypeError, match=r"first parameter receives the key.*'key: str'"):
         safe(ledger)(send)  # type: ignore[arg-type] # the misuse under test
+
+
+def test_first_parameter_not_named_key_is_refused(ledger: Path) -> None:
+    """A first parameter named otherwise would key every call by its value: refused, with the fix."""
+
+    def send(to: str, body: str) -> None:
+        pass
+
+    with pytest.raises(TypeError, match=r"its first parameter, 'to', would receive the key") as caught:
+        safe(ledger)(send)
+    assert "name it 'key'" in str(caught.value)
+    assert "'def send(to: safeact.Key, ...)'" in str(caught.value)
+
+
+def test_first_parameter_marked_key_takes_the_key(ledger: Path) -> None:
+    """A first parameter annotated ``safeact.Key`` receives the key, whatever its name."""
+
+    @safe(ledger)
+    def send(idempotency_key: safeact.Key, to: str) -> str:
+        return f"{idempotency_key}->{to}"
+
+    assert send("k-1", "ada") == Succeeded("k-1", "k-1->ada")
+
+
+def test_key_mark_inside_another_annotated_is_read(ledger: Path) -> None:
+    """``Annotated[safeact.Key, ...]`` marks the key as well: its metadata is flattened in."""
+
+    @safe(ledger)
+    def send(idem: Annotated[safeact.Key, "doc"], to: str) -> str:
+        return to
+
+    assert send("k-1", "ada") == Succeeded("k-1", "ada")
 
 
 def test_unannotated_first_parameter_is_accepted(ledger: Path) -> None:
@@ -132,10 +173,10 @@ def test_unannotated_first_parameter_is_accepted(ledger: Path) -> None:
 def test_newtype_of_str_first_parameter_is_accepted(ledger: Path) -> None:
     """A first parameter annotated as a ``NewType`` of ``str`` takes the key."""
 
-    def send(key: Key, to: str) -> None:
+    def send(key: OrderKey, to: str) -> None:
         pass
 
-    assert isinstance(safe(ledger)(send), SafeTool)  # type: ignore[arg-type] # Key is not str
+    assert isinstance(safe(ledger)(send), SafeTool)  # type: ignore[arg-type] # OrderKey is not str
 
 
 def test_key_by_keyword_says_to_pass_it_first(ledger: Path) -> None:
