@@ -37,7 +37,7 @@ from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
 from safeact import KeyConflictError, Saga, Store, Succeeded, get_store, safe
-from safeact._keys import ArgsHash, args_hash
+from safeact._keys import ArgsHash, args_hash, former_args_hash
 
 T = TypeVar("T")
 
@@ -397,6 +397,41 @@ def test_defaults_and_keywords_hash_alike() -> None:
     """f(k, v), f(k, v, 0) and f(k, value=v, extra=0) bind to the same arguments."""
     assert digest(1) == args_hash(SIGNATURE, (1, 0), {}) == args_hash(SIGNATURE, (), {"value": 1})
     assert digest(1) != digest(1, extra=1)
+
+
+def before_the_deploy(key: str, value: object) -> None:
+    raise AssertionError
+
+
+@given(st.sampled_from(SAMPLES + NEWER_SAMPLES))
+def test_a_parameter_added_with_a_default_keeps_the_digest_of_calls_without_it(
+    value: object,
+) -> None:
+    """A deploy that adds ``extra: int = 0`` leaves the digest of calls that do not pass it."""
+    before = ArgsHash(inspect.signature(before_the_deploy))((value,), {})
+    assert digest(value) == before == args_hash(SIGNATURE, (value,), {})
+    assert digest(value, extra=0) == before
+    assert digest(value, extra=1) != before
+
+
+def test_a_key_an_older_version_recorded_with_its_defaults_replays(sqlite_store: Store) -> None:
+    """A row whose hash includes a defaulted argument (safeact 0.1) is the same call, not a conflict."""
+    runs = []
+
+    @safe(sqlite_store)
+    def refund(key: str, order: str, memo: str = "") -> str:
+        runs.append(order)
+        return f"refunded {order}"
+
+    assert refund("k", "o-1") == Succeeded("k", "refunded o-1")
+    former = former_args_hash(inspect.signature(refund.__wrapped__), ("o-1",), {})
+    with sqlite_store._transaction(sync=False) as db:
+        db.execute("UPDATE calls SET args_hash = ? WHERE key = 'k'", (former,))
+    assert refund("k", "o-1") == Succeeded("k", "refunded o-1", replayed=True)
+    assert refund("k", "o-1", memo="") == Succeeded("k", "refunded o-1", replayed=True)
+    with pytest.raises(KeyConflictError):
+        refund("k", "o-1", memo="again")
+    assert runs == ["o-1"]
 
 
 # The kinds hashed by content since issue 12, through the public API.
@@ -1303,3 +1338,19 @@ def test_a_plain_call_is_bound_without_inspect(monkeypatch: pytest.MonkeyPatch) 
 
     monkeypatch.setattr(inspect.Signature, "bind", bind)
     assert [PLAN(args, kwargs) for args, kwargs in calls] == digests
+
+
+@given(signatures(), st.data())
+def test_an_argument_equal_to_its_default_hashes_as_one_not_given(
+    signature: inspect.Signature, data: st.DataObject
+) -> None:
+    """Passing a parameter its default value hashes as leaving it out, in any signature."""
+    _, *parameters = signature.parameters.values()
+    args, kwargs = data.draw(calls(signature))
+    given = {p.name for p in parameters[: len(args)]} | set(kwargs)
+    for parameter in parameters:
+        if parameter.kind in NAMED and parameter.default is not EMPTY and parameter.name not in given:
+            with_default = {**kwargs, parameter.name: parameter.default}
+            assert hashed(lambda: ArgsHash(signature)(args, kwargs)) == hashed(
+                lambda w=with_default: ArgsHash(signature)(args, w)
+            )
