@@ -31,6 +31,7 @@ __all__ = [
     "Template",
     "ToolCall",
     "doubt_text",
+    "each_call",
     "in_run",
     "keyed",
     "model_text",
@@ -74,10 +75,13 @@ _scope: contextvars.ContextVar[tuple[str, Counter[tuple[str, str]]]] = contextva
 def run_scope(run_key: str) -> Iterator[None]:
     """Key the calls made inside by ``run_key``, the identity of one run of the host program.
 
-    The n-th call of a tool with given arguments in the scope gets the key
-    ``{run_key}:{tool}:{digest[:16]}:{n}``: a run started again with the same ``run_key``
-    (after a crash) makes the same calls in the same order, so it gets the same keys and
-    replays what already ran. Concurrent tasks in one scope share its count.
+    By default (``in_run``) a call of a tool with given arguments in the scope gets the
+    key ``{run_key}:{tool}:{digest[:16]}``: the same call in the same run is the same
+    action, whenever and however often it is made. A run started again with the same
+    ``run_key`` (after a crash) gets the same keys and replays what already ran; a model
+    that asks again, or a host that retries, gets the first call's outcome (or its doubt).
+    Tools that mean to repeat a call use ``each_call``. Concurrent tasks in one scope share
+    its count.
 
     Raises:
         TypeError, ValueError: ``run_key`` is not a non-empty str.
@@ -92,23 +96,56 @@ def run_scope(run_key: str) -> Iterator[None]:
 
 
 def in_run(call: ToolCall) -> str:
-    """The key of ``call`` in the current ``run_scope`` (``keyed``'s default policy).
+    """The key of ``call`` in the current ``run_scope`` (the default policy).
+
+    ``{run_key}:{tool}:{digest[:16]}``: one action per tool and arguments in a run. A
+    second identical call replays the first (or meets its doubt), whether the model asked
+    again, the host retried or the run started over after a crash.
+
+    Raises:
+        NoRunKeyError: no ``run_scope`` is active.
+
+    """
+    return f"{_run_key(call)}:{call.tool}:{call.digest[:16]}"
+
+
+def each_call(call: ToolCall) -> str:
+    """The key of ``call`` counted in the current ``run_scope``: identical calls repeat.
+
+    The n-th identical call (tool and arguments) in the scope gets
+    ``{run_key}:{tool}:{digest[:16]}:{n}``, counting from 0, so a tool keyed so acts again
+    each time it is called with the same arguments. For tools whose repeats are wanted
+    (two identical messages on purpose), never for one that moves money: a model that
+    asks again after a doubt, or a host that retries, makes a new call and acts again. A
+    run started again must make the same calls in the same order to find its keys.
+
+    Raises:
+        NoRunKeyError: no ``run_scope`` is active.
+
+    """
+    run_key = _run_key(call)
+    _, seen = _scope.get()
+    n = seen[call.tool, call.digest]
+    seen[call.tool, call.digest] += 1
+    return f"{run_key}:{call.tool}:{call.digest[:16]}:{n}"
+
+
+def _run_key(call: ToolCall) -> str:
+    """The current ``run_scope``'s run key.
 
     Raises:
         NoRunKeyError: no ``run_scope`` is active.
 
     """
     try:
-        run_key, seen = _scope.get()
+        run_key, _ = _scope.get()
     except LookupError:
         raise NoRunKeyError(
             f"{call.tool} was called without a key: call it inside "
             "`with safeact.run_scope(run_id):`, or give keyed(..., key=...) a key policy "
             "(e.g. safeact.template('refund:{order_id}'))"
         ) from None
-    n = seen[call.tool, call.digest]
-    seen[call.tool, call.digest] += 1
-    return f"{run_key}:{call.tool}:{call.digest[:16]}:{n}"
+    return run_key
 
 
 @attrs.frozen

@@ -2,23 +2,23 @@
 
 The tool works in a ``ToolNode``, in ``langchain.agents.create_agent`` and wherever LangChain
 tools go. Its action runs at most once per key; the key comes from a key policy, by default
-``position``: where the call stands in the graph run (thread, node path, step, tool, a digest
-of the arguments), the same when LangGraph runs the step again after a crash or a pause,
-whatever ``tool_call_id`` the model gives the call this time.
+``in_thread``: the thread, the tool and a digest of the arguments. The same call in the same
+thread is the same action: when LangGraph runs a step again after a crash or a pause, when
+the model asks again (in a later step, with a new ``tool_call_id``), and when a person
+travels back in time to an earlier checkpoint of the thread, the call replays the first
+one's result, or meets its doubt.
 
 Importing this module imports LangChain and LangGraph (about a second); ``import safeact``
 does not. Install them with the ``safeact[langgraph]`` extra.
 
-Known limits of the position key, all measured with LangGraph 1.2:
+Known limits of the thread key, all measured with LangGraph 1.2:
 
-* Two calls of one tool with the same arguments in one step (one ``AIMessage`` asking
-  twice) share a key: the action runs once and both calls get its result.
-* A subgraph called twice in one step with the same arguments repeats its positions, so
-  its calls share keys in the same way.
-* Steps are counted per thread by the checkpointer. A thread id used again with a fresh
-  checkpointer (an ``InMemorySaver`` in a new process, a new database) starts counting
-  again, so its calls get the keys of the earlier run and replay its results. Use a
-  persistent checkpointer, or a new thread id for each run.
+* A thread asks for an action once per tool and arguments. A conversation that means to do
+  the same thing twice (a second identical message, on purpose) keys that tool with
+  ``position`` (its step in the thread) or gives the tool an argument that tells the two
+  apart.
+* A thread id used again for another conversation (with a fresh checkpointer, say) replays
+  the earlier conversation's actions: use a new thread id for each conversation.
 * Under ``durability="async"`` (LangGraph's default) or ``"exit"``, a crash can lose the
   model's message with the call, and the model is asked again: a real model may then ask
   with other arguments, a new action with a new key. Run graphs with guarded tools under
@@ -59,7 +59,7 @@ from safeact._protocol import JSON
 from safeact._tool import AsyncSafeTool, SafeTool
 from safeact.exceptions import FailedCallError, InDoubtError, NotProvenError, SafeError
 
-__all__ = ["OnDoubt", "SafeMiddleware", "position", "safe_tool"]
+__all__ = ["OnDoubt", "SafeMiddleware", "in_thread", "position", "safe_tool"]
 
 OnDoubt: TypeAlias = Literal["interrupt", "message"]
 """What an ``InDoubt`` call does: pause the graph for a human, or tell the model."""
@@ -70,47 +70,78 @@ _WARNED: set[str] = set()
 """The warnings already given in this process (each is given once)."""
 
 
-def position(call: ToolCall) -> str:
-    """The key of ``call`` from its place in the current LangGraph run (the default policy).
+def in_thread(call: ToolCall) -> str:
+    """The key of ``call`` in the current LangGraph thread (the default policy).
 
-    The key is ``langgraph:{thread_id}:{node path}:{step}:{tool}:{digest[:16]}``: the thread
-    id (percent-quoted), the checkpoint namespace without task ids (``tools``, or
-    ``agent/tools`` in a subgraph), LangGraph's step number, the guarded tool's name and
-    the start of the arguments' hash. It is the same when LangGraph runs the step again
-    after a crash or resumes it after a pause; it never uses ``tool_call_id``, which
-    changes when the model is asked again. See the module's documentation for its limits.
+    The key is ``langgraph:{thread_id}:{tool}:{digest[:16]}``: the thread id
+    (percent-quoted), the guarded tool's name and the start of the arguments' hash. Which
+    step, node or subgraph makes the call, and its ``tool_call_id``, are left out: they
+    move when the model asks again, when a step is run again and when a person travels
+    back in time, while the call is the same action. See the module's documentation for
+    its limits.
 
     Raises:
         NoRunKeyError: the call is not made by a LangGraph run, or the run has no
-            ``thread_id``: there is no position to key it by; pass ``key=`` instead.
+            ``thread_id``: there is no thread to key it by; pass ``key=`` instead.
+
+    """
+    return f"langgraph:{_thread(call)}:{call.tool}:{call.digest[:16]}"
+
+
+def position(call: ToolCall) -> str:
+    """The key of ``call`` from its step in the current LangGraph thread: identical calls repeat.
+
+    The key is ``langgraph:{thread_id}:{node path}:{step}:{tool}:{digest[:16]}``, the node
+    path being the checkpoint namespace without task ids (``tools``, or ``agent/tools`` in
+    a subgraph). For a tool whose identical calls in one thread are meant as separate
+    actions, never for one that moves money: a model that asks again in a later step (after
+    a doubt, or after a crash lost its message), and a person who travels back in time, get
+    a new key and the action runs again. Two identical calls in one step share a key.
+
+    Raises:
+        NoRunKeyError: as ``in_thread``.
+
+    """
+    thread = _thread(call)
+    config = var_child_runnable_config.get() or {}
+    configurable: Mapping[str, object] = config.get("configurable") or {}
+    metadata: Mapping[str, object] = config.get("metadata") or {}
+    namespace = str(configurable.get("checkpoint_ns") or "")
+    path = "/".join(part.split(":", 1)[0] for part in namespace.split("|")) if namespace else ""
+    step = metadata["langgraph_step"]
+    return f"langgraph:{thread}:{path}:{step}:{call.tool}:{call.digest[:16]}"
+
+
+def _thread(call: ToolCall) -> str:
+    """The current LangGraph run's thread id, percent-quoted.
+
+    Raises:
+        NoRunKeyError: as ``in_thread``.
 
     """
     config = var_child_runnable_config.get() or {}
     configurable: Mapping[str, object] = config.get("configurable") or {}
     metadata: Mapping[str, object] = config.get("metadata") or {}
-    step = metadata.get("langgraph_step")
-    if step is None:
+    if metadata.get("langgraph_step") is None:
         raise NoRunKeyError(
-            f"{call.tool} was called outside a LangGraph run, so it has no position to be "
+            f"{call.tool} was called outside a LangGraph run, so it has no thread to be "
             "keyed by: call it from a graph (a ToolNode or create_agent), or give "
             "safe_tool(..., key=...) a key policy, e.g. safeact.template('refund:{order_id}')"
         )
     thread = configurable.get("thread_id")
     if thread is None:
         raise NoRunKeyError(
-            f"{call.tool} runs in a graph invoked without a thread_id, so its position names "
-            "no run: invoke with a checkpointer and config={'configurable': {'thread_id': "
-            "...}}, or give safe_tool(..., key=...) a key policy"
+            f"{call.tool} runs in a graph invoked without a thread_id, so it names no run: "
+            "invoke with a checkpointer and config={'configurable': {'thread_id': ...}}, or "
+            "give safe_tool(..., key=...) a key policy"
         )
-    namespace = str(configurable.get("checkpoint_ns") or "")
-    path = "/".join(part.split(":", 1)[0] for part in namespace.split("|")) if namespace else ""
-    return f"langgraph:{quote(str(thread), safe='')}:{path}:{step}:{call.tool}:{call.digest[:16]}"
+    return quote(str(thread), safe="")
 
 
 def safe_tool(
     tool: _Guarded,
     *,
-    key: KeyPolicy = position,
+    key: KeyPolicy = in_thread,
     on_doubt: OnDoubt = "interrupt",
     name: str | None = None,
     description: str | None = None,
@@ -118,7 +149,7 @@ def safe_tool(
     """Make the guarded ``tool`` a LangChain tool whose action runs at most once per key.
 
     The model sees the function's parameters without the key, its name (``name``) and its
-    docstring (``description``). ``key`` makes each call's key: by default ``position``;
+    docstring (``description``). ``key`` makes each call's key: by default ``in_thread``;
     ``safeact.template("refund:{order_id}")`` keys by business identity. A sync tool works
     under ``invoke`` and ``ainvoke``; an async one only under ``ainvoke`` (LangChain's
     ``StructuredTool`` has no sync way to run a coroutine).
@@ -200,7 +231,7 @@ class SafeMiddleware(AgentMiddleware[Any, Any, Any]):
     """
 
     def __init__(
-        self, *tools: _Guarded, key: KeyPolicy = position, on_doubt: OnDoubt = "interrupt"
+        self, *tools: _Guarded, key: KeyPolicy = in_thread, on_doubt: OnDoubt = "interrupt"
     ) -> None:
         """Wrap each of ``tools`` with ``safe_tool``."""
         super().__init__()
@@ -427,7 +458,7 @@ class _Guard:
         warnings.warn(
             f"safeact.langgraph: {self.tool.name} runs in a graph with durability="
             f"{durability!r}: a crash can lose the model's tool call, and the model asked "
-            "again may call with other arguments, which the position key takes for another "
+            "again may call with other arguments, which the thread key takes for another "
             "action. Invoke the graph with durability='sync', or key the tool by business "
             "identity (key=safeact.template(...)).",
             RuntimeWarning,

@@ -388,11 +388,12 @@ def _error(
 def key_for(name: str, arguments: Mapping[str, object] | None = None) -> str:
     """The key of a call of the tool ``name`` with ``arguments`` in the current ``run_scope``.
 
-    The n-th call of a tool with given arguments in the scope gets
-    ``{run_key}:{name}:{digest[:16]}:{n}`` (the digest of the arguments as sorted JSON):
-    a host run started again with the same run key (after a crash) makes the same calls in
-    the same order, so it sends the same keys and gets the results of the calls that
-    already ran. Use a run key no other run of any host uses with the same servers.
+    A call of a tool with given arguments in the scope gets ``{run_key}:{name}:{digest[:16]}``
+    (the digest of the arguments as sorted JSON): the same call in the same run is the same
+    action, so a host that retries it (after a time-out, say), a model that asks for it
+    again, and a host run started again with the same run key (after a crash) all send the
+    same key and get the first call's result, or its doubt. Use a run key no other run of
+    any host uses with the same servers.
 
     Raises:
         NoRunKeyError: no ``run_scope`` is active.
@@ -407,7 +408,7 @@ def key_for(name: str, arguments: Mapping[str, object] | None = None) -> str:
     except NoRunKeyError:
         raise NoRunKeyError(
             f"call_tool({name!r}) has no key: pass key=..., or call it inside "
-            "`with safeact.run_scope(run_id):` to key calls by their place in the run"
+            "`with safeact.run_scope(run_id):` to key each call by the run and its arguments"
         ) from None
 
 
@@ -421,8 +422,8 @@ async def call_tool(
 ) -> R_co:
     """Call the tool ``name`` through ``session``, sending ``key`` in ``_meta`` under ``KEY``.
 
-    Without ``key``, the key is ``key_for(name, arguments)``: the call's place in the
-    current ``run_scope``. ``meta`` is sent along. Returns what ``session.call_tool``
+    Without ``key``, the key is ``key_for(name, arguments)``: the current ``run_scope``'s
+    key of this tool and these arguments, the same on every retry. ``meta`` is sent along. Returns what ``session.call_tool``
     returns (a ``CallToolResult``); a server's replay says so in ``result.meta[REPLAYED]``.
 
     Raises:

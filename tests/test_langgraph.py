@@ -201,11 +201,25 @@ def test_identical_calls_in_one_step_are_one_action(store: Store, tmp_path: Path
     assert count_effects(effects, "refund") == 1
 
 
-def test_a_fork_from_an_earlier_checkpoint_is_a_new_position(store: Store, tmp_path: Path) -> None:
-    """Running again from a past checkpoint (time travel) forks at a later step: it runs anew."""
+def test_time_travel_to_before_the_tools_step_replays(store: Store, tmp_path: Path) -> None:
+    """Running again from a checkpoint before the refund (time travel) replays it: one refund."""
+    effects = tmp_path / "effects"
+    chat = model(refund_call("call-1"), AIMessage("done"), AIMessage("done again"))
+    graph = hand_graph([safe_tool(refunds(store, effects))], chat, InMemorySaver())
+    graph.invoke(USER, thread(), durability="sync")
+    before_tools = next(s for s in graph.get_state_history(thread()) if s.next == ("tools",))
+    forked = graph.invoke(None, before_tools.config, durability="sync")
+    assert tool_messages(forked)[-1] == (RESULT_JSON, "call-1", "success")
+    assert len(store.records()) == 1
+    assert count_effects(effects, "refund") == 1
+
+
+def test_time_travel_with_the_position_key_runs_anew(store: Store, tmp_path: Path) -> None:
+    """Keyed by ``position`` (a deliberate repeat), the fork's later step is a new action."""
     effects = tmp_path / "effects"
     chat = model(refund_call(), AIMessage("done"), AIMessage("done again"))
-    graph = hand_graph([safe_tool(refunds(store, effects))], chat, InMemorySaver())
+    tool = safe_tool(refunds(store, effects), key=safeact.langgraph.position)
+    graph = hand_graph([tool], chat, InMemorySaver())
     graph.invoke(USER, thread(), durability="sync")
     before_tools = next(s for s in graph.get_state_history(thread()) if s.next == ("tools",))
     graph.invoke(None, before_tools.config, durability="sync")
@@ -230,15 +244,39 @@ def test_a_template_key_runs_once_across_turns(store: Store, tmp_path: Path) -> 
     assert store.get("refund:a@example.com:50") is not None
 
 
-def test_position_keys_differ_between_turns(store: Store, tmp_path: Path) -> None:
-    """The default key is the position: a second turn's call is a new action, and runs."""
+def test_the_same_call_in_a_later_turn_replays(store: Store, tmp_path: Path) -> None:
+    """The default key is the thread's: the same refund asked for in a second turn replays."""
     effects = tmp_path / "effects"
     chat = model(refund_call("call-1"), AIMessage("done"), refund_call("call-2"), AIMessage("ok"))
     graph = hand_graph([safe_tool(refunds(store, effects))], chat, InMemorySaver())
     graph.invoke(USER, thread(), durability="sync")
+    second = graph.invoke({"messages": [("user", "another")]}, thread(), durability="sync")
+    assert tool_messages(second)[-1] == (RESULT_JSON, "call-2", "success")
+    [record] = store.records()
+    assert record.key.startswith("langgraph:thread-1:refund:")
+    assert count_effects(effects, "refund") == 1
+
+
+def test_position_keys_differ_between_turns(store: Store, tmp_path: Path) -> None:
+    """Keyed by ``position``, a second turn's identical call is a new action, and runs."""
+    effects = tmp_path / "effects"
+    chat = model(refund_call("call-1"), AIMessage("done"), refund_call("call-2"), AIMessage("ok"))
+    tool = safe_tool(refunds(store, effects), key=safeact.langgraph.position)
+    graph = hand_graph([tool], chat, InMemorySaver())
+    graph.invoke(USER, thread(), durability="sync")
     graph.invoke({"messages": [("user", "another")]}, thread(), durability="sync")
     keys = sorted(record.key.rsplit(":", 3)[1] for record in store.records())
     assert keys == ["2", "7"]
+    assert count_effects(effects, "refund") == 2
+
+
+def test_another_thread_is_another_run(store: Store, tmp_path: Path) -> None:
+    """The same call in another thread is another action: it runs."""
+    effects = tmp_path / "effects"
+    chat = model(refund_call("call-1"), AIMessage("done"), refund_call("call-2"), AIMessage("ok"))
+    graph = hand_graph([safe_tool(refunds(store, effects))], chat, InMemorySaver())
+    graph.invoke(USER, thread("thread-1"), durability="sync")
+    graph.invoke(USER, thread("thread-2"), durability="sync")
     assert count_effects(effects, "refund") == 2
 
 
@@ -352,7 +390,7 @@ def test_in_doubt_pauses_with_the_receipt(
         "reason": "interrupted",
         "note": None,
     }
-    assert record.key.startswith("langgraph:thread-1:tools:2:refund:")
+    assert record.key.startswith("langgraph:thread-1:refund:")
     assert graph.get_state(thread()).next == ("tools",)
 
 
@@ -462,8 +500,27 @@ def test_on_doubt_message_tells_the_model(store: Store, tmp_path: Path) -> None:
     assert count_effects(effects, "refund") == 1
 
 
+def test_a_model_that_asks_again_after_a_doubt_meets_the_same_doubt(
+    store: Store, tmp_path: Path
+) -> None:
+    """Told the refund is in doubt, a model that asks again (a later step, a new call id) is told again."""
+    effects = tmp_path / "e"
+    chat = model(refund_call("call-1"), refund_call("call-2"), AIMessage("I will ask a person"))
+    tool = safe_tool(refunds(store, effects, ["interrupt-after"]), on_doubt="message")
+    graph = hand_graph([tool], chat, InMemorySaver())
+    with pytest.raises(KeyboardInterrupt):
+        graph.invoke(USER, thread(), durability="sync")
+    result = graph.invoke(None, thread(), durability="sync")
+    [first, second] = tool_messages(result)
+    [record] = store.records()
+    assert (first[1:], second[1:]) == (("call-1", "error"), ("call-2", "error"))
+    assert record.key in first[0]
+    assert record.key in second[0]
+    assert count_effects(effects, "refund") == 1
+
+
 def test_middleware_gives_create_agent_the_guarded_tools(store: Store, tmp_path: Path) -> None:
-    """SafeMiddleware's tools reach create_agent, guarded and keyed by position."""
+    """SafeMiddleware's tools reach create_agent, guarded and keyed by the thread."""
     effects = tmp_path / "e"
     chat = model(refund_call(), AIMessage("done"))
     middleware = SafeMiddleware(refunds(store, effects))
@@ -471,7 +528,7 @@ def test_middleware_gives_create_agent_the_guarded_tools(store: Store, tmp_path:
     result = agent.invoke(USER, thread(), durability="sync")
     assert tool_messages(result) == [(RESULT_JSON, "call-1", "success")]
     [record] = store.records()
-    assert record.key.startswith("langgraph:thread-1:tools:2:refund:")
+    assert record.key.startswith("langgraph:thread-1:refund:")
 
 
 def test_durability_other_than_sync_warns_once(store: Store, tmp_path: Path) -> None:
@@ -483,8 +540,8 @@ def test_durability_other_than_sync_warns_once(store: Store, tmp_path: Path) -> 
     graph.invoke({"messages": [("user", "more")]}, thread())  # no second warning
 
 
-def test_outside_a_graph_the_position_key_refuses(store: Store, tmp_path: Path) -> None:
-    """Called outside a graph run, a position-keyed tool says to pass key=; nothing runs."""
+def test_outside_a_graph_the_thread_key_refuses(store: Store, tmp_path: Path) -> None:
+    """Called outside a graph run, a thread-keyed tool says to pass key=; nothing runs."""
     tool = safe_tool(refunds(store, tmp_path / "e"))
     with pytest.raises(NoRunKeyError, match="key="):
         tool.invoke(ARGS)
@@ -525,7 +582,7 @@ def test_sigkill_after_the_refund_then_resume_pauses(tmp_path: Path, durability:
     assert count_effects(tmp_path / "effects", "refund") == 1
     [receipt] = printed(resumed)["pauses"]
     assert receipt["reason"] == "crashed"
-    assert receipt["key"].startswith("langgraph:thread-1:tools:2:refund:")
+    assert receipt["key"].startswith("langgraph:thread-1:refund:")
     if durability == "async":  # the step was lost: the model asked again, under a new id
         assert call_ids(resumed) != []
         assert call_ids(resumed) != call_ids(killed)
