@@ -2,11 +2,12 @@
 
 The tool goes in ``Agent(tools=[...])`` like any function tool. Its action runs at most once
 per key; the key comes from a key policy, by default ``safeact.in_run``: the run key the
-application sets around the run with ``safeact.run_scope(run_id)``, the tool's name, a
-digest of the arguments and how many identical calls came before in the run
-(``{run_id}:{tool}:{digest[:16]}:{n}``). The SDK has no run id of its own, and its
-``tool_call_id`` changes when the model is asked again, so the key never uses it: run the
-agent again with the same run id (after a crash) and its calls replay what already ran.
+application sets around the run with ``safeact.run_scope(run_id)``, the tool's name and a
+digest of the arguments (``{run_id}:{tool}:{digest[:16]}``). The same call in the same run
+is the same action: a model that asks again (told of a doubt, or of an error) gets the
+first call's outcome, and a run started again with the same run id (after a crash)
+replays what already ran. The SDK has no run id of its own, and its ``tool_call_id``
+changes when the model is asked again, so the key never uses it.
 
     with safeact.run_scope(order_id):
         result = await Runner.run(agent, "refund order 42")
@@ -16,11 +17,11 @@ Install it with the ``safeact[openai-agents]`` extra.
 
 Known limits of the run key:
 
-* Two calls of one tool with the same arguments in one run are two actions (the n-th and
-  the n+1-th), by design: a model may mean to do a thing twice. Key by business identity
-  (``key=safeact.template("refund:{order_id}")``) when the same arguments mean one action.
-* The count follows the order of the calls: a run started again must make the same calls
-  in the same order to get the same keys; a real model asked again may not.
+* A run acts once per tool and arguments. A tool meant to act again on an identical call
+  (a second identical message, on purpose) is keyed with ``safeact.each_call``, or takes an
+  argument that tells the calls apart.
+* A run id used again for another run replays the earlier run's actions: use a new run id
+  for each run, and the same one only to continue a run.
 """
 
 from __future__ import annotations
@@ -72,7 +73,8 @@ def function_tool(
     The model sees the function's parameters without the key, its name (``name``) and its
     docstring (``description``), as ``agents.function_tool`` describes them. ``key`` makes
     each call's key: by default ``safeact.in_run`` (run the agent inside
-    ``safeact.run_scope(run_id)``); ``safeact.template("refund:{order_id}")`` keys by
+    ``safeact.run_scope(run_id)``: one action per tool and arguments in a run);
+    ``safeact.template("refund:{order_id}")`` keys by
     business identity. Sync and async tools both work (the SDK runs a sync one in a thread).
 
     What the model gets: a ``str`` result as it is, any other result as JSON text of the

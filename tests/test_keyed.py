@@ -16,6 +16,7 @@ from safeact import (
     NoRunKeyError,
     Store,
     ToolCall,
+    each_call,
     get_store,
     keyed,
     run_scope,
@@ -102,19 +103,56 @@ def test_template_fields_may_reach_into_an_argument(store: Store) -> None:
     assert template("r:{order.id}").fields == frozenset({"order"})
 
 
-def test_run_scope_keys_calls_by_run_and_order(store: Store, paid: list[tuple[str, int]]) -> None:
-    """In a run scope, a re-run with the same run key replays; another run key runs again."""
+def test_run_scope_keys_the_same_call_in_a_run_as_one_action(
+    store: Store, paid: list[tuple[str, int]]
+) -> None:
+    """In a run scope, an identical call and a re-run with the same run key replay; another run runs."""
     plain = keyed(safe(store)(send_refund))
     with run_scope("run-1"):
         plain("ada", 5)
         plain("ada", 5)
+        plain("ada", 6)
     with run_scope("run-1"):
         plain("ada", 5)
-        plain("ada", 5)
-    assert paid == [("ada", 5), ("ada", 5)]
+    assert paid == [("ada", 5), ("ada", 6)]
     with run_scope("run-2"):
         plain("ada", 5)
     assert len(paid) == 3
+
+
+def test_each_call_counts_identical_calls_in_a_run(store: Store, paid: list[tuple[str, int]]) -> None:
+    """Keyed by each_call, the n-th identical call is its own action; a re-run replays them in order."""
+    plain = keyed(safe(store)(send_refund), key=each_call)
+    with run_scope("run-1"):
+        plain("ada", 5)
+        plain("ada", 5)
+    with run_scope("run-1"):
+        plain("ada", 5)
+        plain("ada", 5)
+        plain("ada", 5)
+    assert paid == [("ada", 5)] * 3
+    assert sorted(r.key.rsplit(":", 1)[1] for r in store.records()) == ["0", "1", "2"]
+
+
+def test_a_parameter_added_with_a_default_keeps_the_run_key(store: Store) -> None:
+    """A deploy that adds ``memo: str = ""`` between a crash and the re-run finds the same key."""
+    paid: list[str] = []
+
+    @safe(store, name="refund")
+    def refund_v1(key: str, to: str) -> str:
+        paid.append(to)
+        return "ok"
+
+    @safe(store, name="refund")
+    def refund_v2(key: str, to: str, memo: str = "") -> str:
+        paid.append(f"{to}:{memo}")
+        return "ok"
+
+    with run_scope("run-1"):
+        keyed(refund_v1)("ada")
+    with run_scope("run-1"):
+        keyed(refund_v2)("ada")
+    assert paid == ["ada"]
 
 
 def test_keyed_outside_a_run_scope_is_refused(store: Store, paid: list[tuple[str, int]]) -> None:

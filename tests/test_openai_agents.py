@@ -16,7 +16,16 @@ from agents import Agent, FunctionTool, RunConfig, Runner, RunResult, UserError
 from agents.items import ToolCallOutputItem
 from agents.testing import ScriptedModel, assistant_message, function_call
 
-from safeact import InDoubtError, NoRunKeyError, Store, run_scope, safe, template
+from safeact import (
+    InDoubtError,
+    NoRunKeyError,
+    Store,
+    each_call,
+    keyed,
+    run_scope,
+    safe,
+    template,
+)
 from safeact.openai_agents import InDoubtStopError, function_tool
 from tests.actions import Receipt, count_effects, record_effect
 
@@ -82,16 +91,40 @@ def test_a_run_again_with_its_run_id_replays(store: Store, tmp_path: Path) -> No
     assert count_effects(effects, "refund") == 2
 
 
-def test_identical_calls_in_one_run_are_two_actions(store: Store, tmp_path: Path) -> None:
-    """in_run counts identical calls: the model asking twice in one run acts twice."""
+def test_identical_calls_in_one_run_are_one_action(store: Store, tmp_path: Path) -> None:
+    """in_run: the model asking twice in one run (new call ids) refunds once; both get it."""
     effects = tmp_path / "effects"
     tool = function_tool(refunds(store, effects))
+    with run_scope("run-1"):
+        result = run(tool, script("call-1", "call-2"))
+    assert outputs(result) == [RESULT_JSON, RESULT_JSON]
+    assert count_effects(effects, "refund") == 1
+
+
+def test_each_call_makes_identical_calls_two_actions(store: Store, tmp_path: Path) -> None:
+    """Keyed by each_call (a deliberate repeat), identical calls act each time, once per run."""
+    effects = tmp_path / "effects"
+    tool = function_tool(refunds(store, effects), key=each_call)
     with run_scope("run-1"):
         run(tool, script("call-1", "call-2"))
     assert count_effects(effects, "refund") == 2
     with run_scope("run-1"):
         run(tool, script("call-3", "call-4"))
     assert count_effects(effects, "refund") == 2
+
+
+def test_a_model_that_asks_again_after_a_doubt_is_told_again(store: Store, tmp_path: Path) -> None:
+    """A doubt told to the model, then the same call asked again: one refund, two tool errors."""
+    effects = tmp_path / "effects"
+    guarded = refunds(store, effects, ["interrupt-after"])
+    with run_scope("run-1"), pytest.raises(KeyboardInterrupt):  # cut off, as in a crash
+        keyed(guarded)(**ARGS)
+    with run_scope("run-1"):
+        result = run(function_tool(guarded), script("call-2", "call-3"))
+    [first, second] = outputs(result)
+    assert "Do not call send_refund again" in str(first)
+    assert "Do not call send_refund again" in str(second)
+    assert count_effects(effects, "refund") == 1
 
 
 def test_a_template_key_needs_no_run_scope(store: Store, tmp_path: Path) -> None:
