@@ -2,8 +2,8 @@
 
 DBOS records a step's result when it returns, and runs the step again when its process died
 before that: a step is tried at least once. Stacked under ``@DBOS.step()``, a guarded step
-keys its action by the step's identity (``step_key``: workflow id, step id, tool), which a
-re-run keeps, so the action runs at most once::
+keys its action by the workflow and the call (``in_workflow``: workflow id, tool, digest of
+the arguments), which a re-run keeps, so the action runs at most once::
 
     @safe("agent.db")
     def send_refund(key: str, to: str, amount: int) -> Receipt: ...
@@ -32,7 +32,7 @@ workflow's error. A failed action raises ``FailedCallError``, the same on every 
 the key is spent.
 
 ``DBOS.fork_workflow`` runs the steps from ``start_step`` on under a new workflow id, so
-under ``step_key`` their actions run again: a fork means "do it again". To fork without
+under ``in_workflow`` their actions run again: a fork means "do it again". To fork without
 acting again, key those tools by business identity (``key=safeact.template(...)``).
 
 DBOS's step retries cannot act twice: every attempt of a step has the same key, so a retry
@@ -58,43 +58,42 @@ from safeact._protocol import DoubtReason
 from safeact._tool import AsyncSafeTool, SafeTool
 from safeact.exceptions import FailedCallError, InDoubtError, KeyConflictError
 
-__all__ = ["guarded_step", "retryable", "step_key"]
+__all__ = ["guarded_step", "in_workflow", "retryable"]
 
 P = ParamSpec("P")
 T = TypeVar("T")
 
 
-def step_key(call: ToolCall) -> str:
-    """The key of ``call`` from the DBOS step it runs in (``guarded_step``'s default policy).
+def in_workflow(call: ToolCall) -> str:
+    """The key of ``call`` in the DBOS workflow running it (``guarded_step``'s default policy).
 
-    The key is ``dbos:{workflow_id}:{step_id}:{tool}``: the workflow id (percent-quoted),
-    DBOS's id of the step in its workflow, and the guarded tool's name. DBOS gives a step
-    the same ids when it runs it again after a crash, on any executor, and on every retry
-    attempt (the attempt number is not in the key), so the re-run finds the first run's
-    record.
+    The key is ``dbos:{workflow_id}:{tool}:{digest[:16]}``: the workflow id (percent-quoted),
+    the guarded tool's name and the start of the arguments' hash. The same call in the same
+    workflow is the same action: DBOS runs a step again after a crash, on any executor and
+    on every retry attempt with the same workflow id and arguments, so the re-run finds the
+    first run's record; and the step's id is left out, so a deploy that inserts a step
+    before this one (moving its id) does not move its key.
 
-    The arguments' digest is not in the key: DBOS itself records and replays a step by its
-    position alone, and a deterministic workflow (DBOS's rule) calls the step with the same
-    arguments again. When it does not (an argument drawn from the clock or a random number
-    outside a step), the re-run is refused with ``KeyConflictError`` and nothing runs,
-    where a key with the digest would act a second time. So one step calls one guarded
-    tool once per set of arguments; a step that calls the same tool with other arguments
-    gets ``KeyConflictError``: make each action its own step, or key by business identity
-    (``safeact.template``).
+    A workflow is deterministic (DBOS's rule): an argument drawn from the clock or a random
+    number outside a step would give the re-run another digest, another key, and a second
+    action; draw such values in a step of their own. A workflow that means to act twice
+    with the same arguments passes an argument that tells the two apart, or keys the tool
+    by business identity (``safeact.template``).
 
     Raises:
         NoRunKeyError: the call is not made inside a DBOS step (outside any workflow, or in
-            a workflow's own body): there is no step to key it by.
+            a workflow's own body): there is no workflow to key it by.
 
     """
     workflow_id, step_id = DBOS.workflow_id, DBOS.step_id
     if workflow_id is None or step_id is None:
         raise NoRunKeyError(
-            f"{call.tool} was called outside a DBOS step, so it has no step to be keyed by: "
-            "call it from a function decorated with @DBOS.step() run by a @DBOS.workflow(), "
-            "or pass key=... a key policy, e.g. safeact.template('refund:{order_id}')"
+            f"{call.tool} was called outside a DBOS step, so it has no workflow to be keyed "
+            "by: call it from a function decorated with @DBOS.step() run by a "
+            "@DBOS.workflow(), or pass key=... a key policy, e.g. "
+            "safeact.template('refund:{order_id}')"
         )
-    return f"dbos:{quote(workflow_id, safe='')}:{step_id}:{call.tool}"
+    return f"dbos:{quote(workflow_id, safe='')}:{call.tool}:{call.digest[:16]}"
 
 
 @overload
@@ -104,14 +103,14 @@ def guarded_step(
 @overload
 def guarded_step(tool: SafeTool[P, T], *, key: KeyPolicy = ...) -> Callable[P, T]: ...
 def guarded_step(
-    tool: SafeTool[P, T] | AsyncSafeTool[P, T], *, key: KeyPolicy = step_key
+    tool: SafeTool[P, T] | AsyncSafeTool[P, T], *, key: KeyPolicy = in_workflow
 ) -> Callable[P, T] | Callable[P, Coroutine[Any, Any, T]]:
     """Make the guarded ``tool`` the body of a DBOS step: decorate the result with ``@DBOS.step()``.
 
     ``DBOS.step(name="refund")(guarded_step(send_refund))`` is a step with the tool's
     parameters without the key, its name and docstring, async exactly when the tool is.
     Name the step (``name=``) so it stays the same when the code moves. Each call is keyed
-    by ``key``: by default ``step_key``, the step's identity.
+    by ``key``: by default ``in_workflow``, the workflow, the tool and its arguments.
 
     The step returns the value (ran now, or replayed from the ledger when DBOS runs the
     step again) or raises ``InDoubtError`` (the action may have run: a crash cut it off;
@@ -121,7 +120,7 @@ def guarded_step(
     Raises:
         TypeError: ``tool`` is not a guarded tool.
         ValueError: ``key`` is a template naming an argument the tool does not take.
-        NoRunKeyError: (from the step) ``key`` is ``step_key`` and the function is called
+        NoRunKeyError: (from the step) ``key`` is ``in_workflow`` and the function is called
             outside a DBOS step.
 
     """

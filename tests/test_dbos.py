@@ -32,7 +32,7 @@ from safeact import (
     get_store,
     safe,
 )
-from safeact.dbos import guarded_step, retryable, step_key
+from safeact.dbos import guarded_step, in_workflow, retryable
 from tests.actions import Receipt, count_effects, record_effect
 
 CHILD = Path(__file__).with_name("dbos_child.py")
@@ -76,14 +76,22 @@ def refunds(
     return send_refund
 
 
-def test_the_key_is_the_steps_identity(launch: Launch, store: Store, tmp_path: Path) -> None:
-    """Each guarded step is keyed by workflow id (quoted), step id and tool."""
+def workflow_key(workflow_id: str, tool: SafeTool[Any, Any], *args: object) -> str:
+    """The key ``in_workflow`` gives a call of ``tool`` with ``args`` in ``workflow_id``."""
+    return f"dbos:{workflow_id}:{tool.name}:{tool._digest('-', args, {})[:16]}"
+
+
+def test_the_key_is_the_workflow_tool_and_arguments(
+    launch: Launch, store: Store, tmp_path: Path
+) -> None:
+    """Each guarded step is keyed by workflow id (quoted), tool and arguments, not by step id."""
 
     @safe(store, name="notify")
     def notify(key: str, to: str) -> str:
         return to
 
-    refund = DBOS.step(name="refund")(guarded_step(refunds(store, tmp_path / "effects")))
+    guarded = refunds(store, tmp_path / "effects")
+    refund = DBOS.step(name="refund")(guarded_step(guarded))
     tell = DBOS.step(name="notify")(guarded_step(notify))
 
     @DBOS.workflow(name="refund_order")
@@ -95,7 +103,38 @@ def test_the_key_is_the_steps_identity(launch: Launch, store: Store, tmp_path: P
     with SetWorkflowID("order:7"):
         refund_order()
     keys = sorted(record.key for record in store.records())
-    assert keys == ["dbos:order%3A7:1:refund", "dbos:order%3A7:2:notify"]
+    assert keys == [
+        workflow_key("order%3A7", notify, "a@example.com"),
+        workflow_key("order%3A7", guarded, "a@example.com", 50),
+    ]
+
+
+def test_a_step_inserted_by_a_deploy_keeps_the_key(
+    launch: Launch, store: Store, tmp_path: Path
+) -> None:
+    """A deploy that adds a step before the refund (moving its step id) replays it: one refund."""
+    effects = tmp_path / "effects"
+    refund = DBOS.step(name="refund")(guarded_step(refunds(store, effects)))
+
+    @DBOS.step(name="look_up")
+    def look_up() -> str:
+        return "a@example.com"
+
+    @DBOS.workflow(name="refund_order")
+    def refund_order() -> Receipt:
+        return refund("a@example.com", 50)
+
+    @DBOS.workflow(name="refund_order_after_the_deploy")
+    def refund_order_after_the_deploy() -> Receipt:
+        return refund(look_up(), 50)
+
+    launch("first.db")
+    with SetWorkflowID("wf-1"):
+        refund_order()
+    launch("second.db")  # the re-run after the deploy: the step is DBOS's number 2 now
+    with SetWorkflowID("wf-1"):
+        assert refund_order_after_the_deploy() == RECEIPT
+    assert count_effects(effects, "refund") == 1
 
 
 def test_a_step_run_again_replays(launch: Launch, store: Store, tmp_path: Path) -> None:
@@ -116,8 +155,10 @@ def test_a_step_run_again_replays(launch: Launch, store: Store, tmp_path: Path) 
     assert count_effects(effects, "refund") == 1
 
 
-def test_other_arguments_on_a_rerun_conflict(launch: Launch, store: Store, tmp_path: Path) -> None:
-    """A step run again with other arguments (a non-deterministic workflow) acts no more."""
+def test_other_arguments_on_a_rerun_are_another_action(
+    launch: Launch, store: Store, tmp_path: Path
+) -> None:
+    """The documented limit: a re-run with other arguments (a non-deterministic workflow) acts."""
     effects = tmp_path / "effects"
     refund = DBOS.step(name="refund")(guarded_step(refunds(store, effects)))
 
@@ -129,9 +170,9 @@ def test_other_arguments_on_a_rerun_conflict(launch: Launch, store: Store, tmp_p
     with SetWorkflowID("wf-1"):
         refund_order(50)
     launch("second.db")
-    with SetWorkflowID("wf-1"), pytest.raises(KeyConflictError, match="dbos:wf-1:1:refund"):
+    with SetWorkflowID("wf-1"):
         refund_order(60)
-    assert count_effects(effects, "refund") == 1
+    assert count_effects(effects, "refund") == 2
 
 
 @pytest.mark.parametrize("settled", [True, False])
@@ -140,8 +181,9 @@ def test_retries_of_a_step_in_doubt_never_act(
 ) -> None:
     """A step in doubt with retries raises InDoubtError (with retryable) and never acts again."""
     effects = tmp_path / "effects"
+    cut_off = refunds(store, effects, interrupt=True)
     with pytest.raises(KeyboardInterrupt):  # an earlier run, cut off after the refund
-        refunds(store, effects, interrupt=True)("dbos:wf-1:1:refund", "a@example.com", 50)
+        cut_off(workflow_key("wf-1", cut_off, "a@example.com", 50), "a@example.com", 50)
     options: dict[str, Any] = {"should_retry": retryable} if settled else {}
     refund = DBOS.step(name="refund", retries_allowed=True, interval_seconds=0, **options)(
         guarded_step(refunds(store, effects))
@@ -165,7 +207,7 @@ def test_retries_of_a_step_in_doubt_never_act(
 
 
 def test_an_async_tool_is_an_async_step(launch: Launch, store: Store, tmp_path: Path) -> None:
-    """An async guarded tool makes an async step, keyed by the step: it runs once."""
+    """An async guarded tool makes an async step, keyed by the workflow: it runs once."""
     effects = tmp_path / "effects"
 
     @safe(store, name="refund")
@@ -182,7 +224,8 @@ def test_an_async_tool_is_an_async_step(launch: Launch, store: Store, tmp_path: 
     launch("system.db")
     with SetWorkflowID("wf-1"):
         assert asyncio.run(refund_order()) == RECEIPT
-    assert [record.key for record in store.records()] == ["dbos:wf-1:1:refund"]
+    [record] = store.records()
+    assert record.key == f"dbos:wf-1:refund:{record.args_hash[:16]}"
 
 
 def test_outside_a_step_the_key_refuses(launch: Launch, store: Store, tmp_path: Path) -> None:
@@ -231,10 +274,10 @@ def test_errors_survive_dbos_serialization() -> None:
     assert (str(conflict_back), conflict_back.key) == (str(conflict), "k")
 
 
-def test_step_key_outside_dbos_refuses() -> None:
-    """step_key names the tool and says to pass key= when no step runs."""
+def test_in_workflow_outside_dbos_refuses() -> None:
+    """in_workflow names the tool and says to pass key= when no step runs."""
     with pytest.raises(NoRunKeyError, match="refund was called outside a DBOS step"):
-        step_key(ToolCall("refund", {}, "0" * 64))
+        in_workflow(ToolCall("refund", {}, "0" * 64))
 
 
 def test_import_safeact_does_not_import_dbos() -> None:
@@ -260,7 +303,8 @@ def test_sigkill_in_the_step_then_recovery_is_in_doubt(tmp_path: Path) -> None:
     killed = child(tmp_path, "run")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     first = printed(child(tmp_path, "recover"))
-    assert first == {"key": "dbos:wf-1:1:refund", "reason": "crashed"}
+    assert first["key"].startswith("dbos:wf-1:refund:")
+    assert first["reason"] == "crashed"
     assert count_effects(tmp_path / "effects", "refund") == 1
 
 
