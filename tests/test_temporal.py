@@ -1,9 +1,9 @@
 """safeact.temporal: guarded activities under temporalio's own ActivityEnvironment, offline.
 
-A full worker needs a Temporal server, which cannot be fetched here: these tests run the
-activity function as Temporal's testing environment does, with the ``info`` (workflow,
-run, activity id, attempt) a worker would give each attempt. The crash test SIGKILLs a
-child process inside the action, right after its side effect, and retries in this one.
+These tests run the activity function as Temporal's testing environment does, with the
+``info`` (workflow, run, activity id, attempt) a worker would give each attempt. The crash
+test SIGKILLs a child process inside the action, right after its side effect, and retries
+in this one. tests/test_temporal_server.py runs workers against a real dev server.
 """
 
 import asyncio
@@ -40,13 +40,19 @@ from safeact.temporal import (
     IN_DOUBT,
     IN_FLIGHT,
     KEY_CONFLICT,
-    activity_key,
     guarded_activity,
+    in_workflow,
 )
+from safeact._keys import ArgsHash
 from tests.actions import Receipt, count_effects, record_effect
 
-KEY = "temporal:order%2F7:run-1:3:refund"
-"""The key of activity 3 of run ``run-1`` of workflow ``order/7`` calling ``refund``."""
+
+def act_like(key: str, to: str, amount: int) -> Receipt:
+    """The signature of the guarded refund, whose arguments' digest is in ``KEY``."""
+    raise AssertionError
+
+KEY = f"temporal:order%2F7:refund:{ArgsHash(inspect.signature(act_like))(('ada', 5), {})[:16]}"
+"""The key of ``refund("ada", 5)`` in workflow ``order/7``, whichever run or activity makes it."""
 
 
 @pytest.fixture
@@ -95,8 +101,8 @@ def raised(env: ActivityEnvironment, fn: Any, *args: object) -> ApplicationError
     return caught.value
 
 
-def test_key_is_the_activity_of_the_workflow_run(store: Store, tmp_path: Path) -> None:
-    """The default key names the workflow, its run, the activity id and the tool."""
+def test_key_is_the_workflow_tool_and_arguments(store: Store, tmp_path: Path) -> None:
+    """The default key names the workflow, the tool and the arguments' digest."""
     act = guarded_activity(refunds(store, tmp_path / "effects", []))
     assert environment().run(act, "ada", 5) == Receipt("ada", 5)
     assert [record.key for record in store.records()] == [KEY]
@@ -111,12 +117,25 @@ def test_retry_replays_and_acts_once(store: Store, tmp_path: Path) -> None:
     assert count_effects(effects, "refund") == 1
 
 
-def test_new_run_acts_again(store: Store, tmp_path: Path) -> None:
-    """A new run of the workflow (continue-as-new, cron) counts activities anew: it acts."""
+def test_a_new_run_of_the_workflow_id_replays(store: Store, tmp_path: Path) -> None:
+    """A new run of the workflow id (a re-run, a reset) with another activity id replays: one refund."""
     effects = tmp_path / "effects"
     act = guarded_activity(refunds(store, effects, []))
     environment(run="run-1").run(act, "ada", 5)
-    environment(run="run-2").run(act, "ada", 5)
+    again = environment(run="run-2")
+    again.info = dataclasses.replace(again.info, activity_id="4")
+    assert again.run(act, "ada", 5) == Receipt("ada", 5)
+    assert count_effects(effects, "refund") == 1
+
+
+def test_another_workflow_id_acts(store: Store, tmp_path: Path) -> None:
+    """Another workflow id is another business run: the same call acts."""
+    effects = tmp_path / "effects"
+    act = guarded_activity(refunds(store, effects, []))
+    environment().run(act, "ada", 5)
+    other = environment()
+    other.info = dataclasses.replace(other.info, workflow_id="order/8")
+    other.run(act, "ada", 5)
     assert count_effects(effects, "refund") == 2
 
 
@@ -250,10 +269,20 @@ def test_failed_action_is_not_retried(store: Store, tmp_path: Path) -> None:
     assert modes == ["ok"]  # the action ran once
 
 
-def test_other_arguments_under_the_key_conflict(store: Store, tmp_path: Path) -> None:
-    """The digest is not in the key: other arguments for the same activity are refused."""
+def test_other_arguments_are_another_action(store: Store, tmp_path: Path) -> None:
+    """The digest is in the key: the workflow's call with other arguments is its own action."""
     effects = tmp_path / "effects"
     act = guarded_activity(refunds(store, effects, []))
+    environment(attempt=1).run(act, "ada", 5)
+    environment(attempt=1).run(act, "ada", 6)
+    assert count_effects(effects, "refund") == 2
+    assert len(store.records()) == 2
+
+
+def test_a_business_key_with_other_arguments_conflicts(store: Store, tmp_path: Path) -> None:
+    """Under a template key, other arguments are refused, not retried: KEY_CONFLICT."""
+    effects = tmp_path / "effects"
+    act = guarded_activity(refunds(store, effects, []), key=template("r:{to}"))
     environment(attempt=1).run(act, "ada", 5)
     error = raised(environment(attempt=2), act, "ada", 6)
     assert (error.type, error.non_retryable) == (KEY_CONFLICT, True)
@@ -321,10 +350,10 @@ def test_key_policy_can_be_replaced(store: Store, tmp_path: Path) -> None:
     assert [record.key for record in store.records()] == ["r:ada"]
 
 
-def test_activity_key_outside_an_activity_raises() -> None:
+def test_in_workflow_outside_an_activity_raises() -> None:
     """Outside an activity there is no key: NoRunKeyError says to pass key= instead."""
     with pytest.raises(NoRunKeyError, match=r"outside a Temporal activity.*key="):
-        activity_key(ToolCall("refund", {}, "0" * 64))
+        in_workflow(ToolCall("refund", {}, "0" * 64))
 
 
 def test_guarded_activity_outside_an_activity_raises(store: Store, tmp_path: Path) -> None:
@@ -341,7 +370,7 @@ def test_activity_without_a_workflow_raises(store: Store, tmp_path: Path) -> Non
     act = guarded_activity(refunds(store, tmp_path / "effects", []))
     error = raised(env, act, "ada", 5)
     assert (error.type, error.non_retryable) == ("safeact.NoRunKey", True)
-    assert "no workflow run" in str(error)
+    assert "no workflow to be keyed by" in str(error)
 
 
 def test_import_safeact_does_not_import_temporalio() -> None:
