@@ -2,24 +2,26 @@
 
 ``Agent(model, capabilities=[SafeTools(send_refund)])``: the agent gets the tool, and its
 action runs at most once per key. The key comes from a key policy, by default
-``run_position``: in a durable run (the agent has a durability capability, such as
-``DBOSDurability``, and runs inside its workflow) the run's ``run_id`` and the call's
-``tool_call_id``, both replayed by the engine when it runs the workflow again; outside one,
-the run key the application sets around the run with ``safeact.run_scope(run_id)``, as
-``safeact.in_run`` makes it.
+``in_agent_run``: the run, the tool and a digest of the arguments. In a durable run (the
+agent has a durability capability, such as ``DBOSDurability``, and runs inside its
+workflow) the run is the run's ``run_id``, which the engine derives from the workflow and
+keeps when it runs the workflow again; outside one, the run key the application sets around
+the run with ``safeact.run_scope(run_id)``, as ``safeact.in_run`` makes it. The same call
+in the same run is the same action: a model that asks again, with a new ``tool_call_id``
+(told of a doubt, say), gets the first call's outcome.
 
 Importing this module imports pydantic-ai (about a second); ``import safeact`` does not.
 Install it with the ``safeact[pydantic-ai]`` extra.
 
-Known limits of ``run_position``, measured with pydantic-ai 2.68:
+Known limits of ``in_agent_run``, measured with pydantic-ai 2.68:
 
 * Durable runs are recognised by a durability capability of the run that says it is in its
   durable context. Under ``TemporalDurability`` tools run in activities, outside the
   workflow, so the call is not seen as durable: run it in ``safeact.run_scope`` or key it
-  with ``safeact.template`` (not tested here: a Temporal worker needs a server).
-* Outside a durable run, the run key, the tool, a digest of the arguments and how many
-  identical calls came before in the scope make the key: a run started again must make the
-  same calls in the same order to get the same keys, and a real model asked again may not.
+  with ``safeact.template``.
+* A run acts once per tool and arguments. A tool meant to act again on an identical call
+  is keyed with ``safeact.each_call`` (outside durable runs), or takes an argument that
+  tells the calls apart.
 """
 
 from __future__ import annotations
@@ -40,7 +42,7 @@ from safeact._keyed import KeyPolicy, NoRunKeyError, ToolCall, doubt_text, in_ru
 from safeact._tool import AsyncSafeTool, SafeTool
 from safeact.exceptions import FailedCallError, InDoubtError
 
-__all__ = ["OnDoubt", "SafeTools", "run_position"]
+__all__ = ["OnDoubt", "SafeTools", "in_agent_run"]
 
 OnDoubt: TypeAlias = Literal["error", "stop"]
 """What an ``InDoubt`` call does: tell the model (a tool error), or stop the run."""
@@ -51,15 +53,15 @@ _context: contextvars.ContextVar[RunContext[Any]] = contextvars.ContextVar("safe
 """The run context of the guarded call being made, for the key policy to read."""
 
 
-def run_position(call: ToolCall) -> str:
-    """The key of ``call`` from the pydantic-ai run making it (``SafeTools``' default policy).
+def in_agent_run(call: ToolCall) -> str:
+    """The key of ``call`` in the pydantic-ai run making it (``SafeTools``' default policy).
 
-    In a durable run: ``pydantic-ai:{run_id}:{tool}:{tool_call_id}``. The engine derives
-    ``run_id`` from the workflow and replays the model's response, and so the call's
-    ``tool_call_id``, when it runs the workflow again after a crash. Otherwise, inside
-    ``safeact.run_scope(run_key)``: ``{run_key}:{tool}:{digest[:16]}:{n}`` (``safeact.in_run``).
-    A non-durable run's own ``run_id`` is never used: unless the application passes it, it
-    is new on every run.
+    In a durable run: ``pydantic-ai:{run_id}:{tool}:{digest[:16]}``; the engine derives
+    ``run_id`` from the workflow, the same when it runs the workflow again after a crash.
+    Otherwise, inside ``safeact.run_scope(run_key)``: ``{run_key}:{tool}:{digest[:16]}``
+    (``safeact.in_run``). The call's ``tool_call_id`` is never used: it is new when the
+    model asks again. A non-durable run's own ``run_id`` is never used either: unless the
+    application passes it, it is new on every run.
 
     Raises:
         NoRunKeyError: the call is neither in a durable run nor in a ``run_scope``.
@@ -67,12 +69,12 @@ def run_position(call: ToolCall) -> str:
     """
     ctx = _context.get(None)
     if ctx is not None and _durable(ctx):
-        if ctx.run_id is None or ctx.tool_call_id is None:
+        if ctx.run_id is None:
             raise NoRunKeyError(
-                f"{call.tool} runs in a durable run that gives no run_id or tool_call_id to "
-                "key it by: give SafeTools(..., key=...) a key policy"
+                f"{call.tool} runs in a durable run that gives no run_id to key it by: give "
+                "SafeTools(..., key=...) a key policy"
             )
-        return f"pydantic-ai:{ctx.run_id}:{call.tool}:{ctx.tool_call_id}"
+        return f"pydantic-ai:{ctx.run_id}:{call.tool}:{call.digest[:16]}"
     try:
         return in_run(call)
     except NoRunKeyError:
@@ -96,7 +98,7 @@ class SafeTools(AbstractCapability[Any]):
     """A capability that gives an agent guarded tools: each action runs at most once per key.
 
     The model sees each function's parameters without the key, its name and its docstring.
-    ``key`` makes each call's key: by default ``run_position``;
+    ``key`` makes each call's key: by default ``in_agent_run``;
     ``safeact.template("refund:{order_id}")`` keys by business identity. Sync and async
     tools both work.
 
@@ -123,7 +125,7 @@ class SafeTools(AbstractCapability[Any]):
     """
 
     def __init__(
-        self, *tools: _Guarded, key: KeyPolicy = run_position, on_doubt: OnDoubt = "error"
+        self, *tools: _Guarded, key: KeyPolicy = in_agent_run, on_doubt: OnDoubt = "error"
     ) -> None:
         """Describe ``tools`` to pydantic-ai, each keyed by ``key``."""
         if on_doubt not in ("error", "stop"):

@@ -36,7 +36,9 @@ from safeact import (
     NoRunKeyError,
     SafeTool,
     Store,
+    each_call,
     get_store,
+    keyed,
     run_scope,
     safe,
     template,
@@ -141,16 +143,44 @@ def test_a_run_again_in_its_run_scope_replays(store: Store, tmp_path: Path) -> N
     assert count_effects(effects, "refund") == 2
 
 
-def test_identical_calls_in_one_response_are_two_actions(store: Store, tmp_path: Path) -> None:
-    """in_run counts identical calls, in the order the model gave them."""
+def test_identical_calls_in_one_response_are_one_action(store: Store, tmp_path: Path) -> None:
+    """in_run: the model asking twice with the same arguments refunds once; both calls get it."""
     effects = tmp_path / "effects"
     tools = SafeTools(refunds(store, effects))
+    with run_scope("run-1"):
+        assert run(tools, clerk(calls=2)) == [ARGS, ARGS]
+    assert count_effects(effects, "refund") == 1
+
+
+def test_each_call_counts_identical_calls(store: Store, tmp_path: Path) -> None:
+    """Keyed by each_call (a deliberate repeat), identical calls act each time, once per run."""
+    effects = tmp_path / "effects"
+    tools = SafeTools(refunds(store, effects), key=each_call)
     with run_scope("run-1"):
         assert run(tools, clerk(calls=2)) == [ARGS, ARGS]
     assert count_effects(effects, "refund") == 2
     with run_scope("run-1"):
         run(tools, clerk(calls=2))
     assert count_effects(effects, "refund") == 2
+
+
+def test_a_model_that_asks_again_after_a_doubt_is_told_again(store: Store, tmp_path: Path) -> None:
+    """Told of a doubt, a model that asks again (a later response, a new call id) is told again."""
+    effects = tmp_path / "effects"
+    guarded = refunds(store, effects, ["interrupt-after"])
+    with run_scope("run-1"), pytest.raises(KeyboardInterrupt):  # cut off, as in a crash
+        keyed(guarded)(**ARGS)
+
+    def insisting(messages: list[ModelMessage], _: AgentInfo) -> ModelResponse:
+        if len(messages) < 4:
+            return ModelResponse(parts=[ToolCallPart("send_refund", ARGS)])
+        return ModelResponse(parts=[TextPart("done")])
+
+    with run_scope("run-1"):
+        told = run(SafeTools(guarded), FunctionModel(insisting))
+    assert len(told) == 2
+    assert all("Do not call send_refund again" in str(message) for message in told)
+    assert count_effects(effects, "refund") == 1
 
 
 def test_pydantic_ais_test_model_calls_the_tool(store: Store, tmp_path: Path) -> None:
@@ -255,10 +285,10 @@ def dbos(tmp_path: Path) -> Iterator[None]:
     DBOS.destroy(destroy_registry=True)
 
 
-def test_a_durable_run_is_keyed_by_run_id_and_tool_call_id(
+def test_a_durable_run_is_keyed_by_run_id_and_the_call(
     dbos: None, store: Store, tmp_path: Path
 ) -> None:
-    """Inside a DBOS workflow the key needs no run_scope: the engine's run id and call id."""
+    """Inside a DBOS workflow the key needs no run_scope: the engine's run id, tool and arguments."""
     del dbos
     effects = tmp_path / "effects"
     agent = Agent(
@@ -277,10 +307,10 @@ def test_a_durable_run_is_keyed_by_run_id_and_tool_call_id(
         return [result.run_id, call.tool_call_id]
 
     with SetWorkflowID("wf-1"):
-        run_id, call_id = asyncio.run(refund_order())
+        run_id, _ = asyncio.run(refund_order())
     assert run_id.startswith("wf-1:")
-    record = store.get(f"pydantic-ai:{run_id}:refund:{call_id}")
-    assert record is not None
+    [record] = store.records()
+    assert record.key == f"pydantic-ai:{run_id}:refund:{record.args_hash[:16]}"
     assert record.state.value == "succeeded"
     assert count_effects(effects, "refund") == 1
 
@@ -308,18 +338,17 @@ def child(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
 def test_sigkill_in_a_durable_tool_then_recovery_is_in_doubt(tmp_path: Path) -> None:
     """Killed right after its side effect, the tool re-run by recovery is in doubt: one refund.
 
-    The key is the same: DBOS replays the model's response, with its tool_call_id.
+    The key is the same: DBOS derives the same run id, and replays the model's response.
     """
     killed = child(tmp_path, "run")
     assert killed.returncode == -signal.SIGKILL, killed.stderr
     recovered = child(tmp_path, "recover")
     assert recovered.returncode == 0, recovered.stderr
     result = json.loads(recovered.stdout.splitlines()[-1])
-    [call_id] = result["calls"]
     answer = json.loads(result["answer"])
     assert answer.startswith("Error: ")
     receipt = json.loads(answer.split("Receipt: ", 1)[1])
-    assert receipt["key"] == f"pydantic-ai:{result['run_id']}:refund:{call_id}"
+    assert receipt["key"] == f"pydantic-ai:{result['run_id']}:refund:{receipt['args_hash'][:16]}"
     assert receipt["reason"] == "crashed"
     assert count_effects(tmp_path / "effects", "refund") == 1
 
