@@ -98,7 +98,7 @@ Type checkers see a ``str``; ``safe`` reads the mark when the tool is made.
 
 
 def marks_key(annotation: object) -> bool:
-    """Whether ``annotation`` (resolved, extras kept) is ``Key``, or ``Key`` inside ``Annotated``."""
+    """Whether ``annotation`` (resolved, extras kept) is ``Key``, or holds it in ``Annotated``."""
     return any(isinstance(meta, _KeyMark) for meta in getattr(annotation, "__metadata__", ()))
 
 
@@ -276,7 +276,9 @@ def _default_texts(parameters: list[inspect.Parameter]) -> dict[str, str | None]
         default = _UNGIVEN.get(parameter.kind, parameter.default)
         texts[parameter.name] = None
         if default is not inspect.Parameter.empty:
-            with contextlib.suppress(TypeError):  # a default that cannot be hashed is never left out
+            with contextlib.suppress(
+                TypeError
+            ):  # a default that cannot be hashed is never left out
                 texts[parameter.name] = _text(parameter.name, default)
     return texts
 

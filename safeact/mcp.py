@@ -423,8 +423,9 @@ async def call_tool(
     """Call the tool ``name`` through ``session``, sending ``key`` in ``_meta`` under ``KEY``.
 
     Without ``key``, the key is ``key_for(name, arguments)``: the current ``run_scope``'s
-    key of this tool and these arguments, the same on every retry. ``meta`` is sent along. Returns what ``session.call_tool``
-    returns (a ``CallToolResult``); a server's replay says so in ``result.meta[REPLAYED]``.
+    key of this tool and these arguments, the same on every retry. ``meta`` is sent along.
+    Returns what ``session.call_tool`` returns (a ``CallToolResult``); a server's replay
+    says so in ``result.meta[REPLAYED]``.
 
     Raises:
         NoRunKeyError: no ``key`` is given and no ``run_scope`` is active.

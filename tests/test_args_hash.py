@@ -362,7 +362,7 @@ them), so renaming a tag would make a retry conflict with its own key.
 
 
 def test_kinds_hashed_since_issue_12_keep_their_digests() -> None:
-    """Values of the kinds added in issue 12 keep the digests recorded ledgers hold (defaults in)."""
+    """Values of the kinds added in issue 12 keep the digests ledgers hold (defaults in)."""
     assert {
         name: PLAN.former((value,), {}) for name, value in NEWER_VALUES.items()
     } == NEWER_DIGESTS
@@ -415,7 +415,7 @@ def test_a_parameter_added_with_a_default_keeps_the_digest_of_calls_without_it(
 
 
 def test_a_key_an_older_version_recorded_with_its_defaults_replays(sqlite_store: Store) -> None:
-    """A row whose hash includes a defaulted argument (safeact 0.1) is the same call, not a conflict."""
+    """A row whose hash has a defaulted argument in (safeact 0.1) is the same call: no conflict."""
     runs = []
 
     @safe(sqlite_store)
@@ -1349,7 +1349,11 @@ def test_an_argument_equal_to_its_default_hashes_as_one_not_given(
     args, kwargs = data.draw(calls(signature))
     given = {p.name for p in parameters[: len(args)]} | set(kwargs)
     for parameter in parameters:
-        if parameter.kind in NAMED and parameter.default is not EMPTY and parameter.name not in given:
+        if (
+            parameter.kind in NAMED
+            and parameter.default is not EMPTY
+            and parameter.name not in given
+        ):
             with_default = {**kwargs, parameter.name: parameter.default}
             assert hashed(lambda: ArgsHash(signature)(args, kwargs)) == hashed(
                 lambda w=with_default: ArgsHash(signature)(args, w)

@@ -106,7 +106,7 @@ def test_template_fields_may_reach_into_an_argument(store: Store) -> None:
 def test_run_scope_keys_the_same_call_in_a_run_as_one_action(
     store: Store, paid: list[tuple[str, int]]
 ) -> None:
-    """In a run scope, an identical call and a re-run with the same run key replay; another run runs."""
+    """In a run scope, an identical call and a re-run of the run key replay; another run runs."""
     plain = keyed(safe(store)(send_refund))
     with run_scope("run-1"):
         plain("ada", 5)
@@ -120,8 +120,10 @@ def test_run_scope_keys_the_same_call_in_a_run_as_one_action(
     assert len(paid) == 3
 
 
-def test_each_call_counts_identical_calls_in_a_run(store: Store, paid: list[tuple[str, int]]) -> None:
-    """Keyed by each_call, the n-th identical call is its own action; a re-run replays them in order."""
+def test_each_call_counts_identical_calls_in_a_run(
+    store: Store, paid: list[tuple[str, int]]
+) -> None:
+    """Keyed by each_call, the n-th identical call is its own action; a re-run replays them."""
     plain = keyed(safe(store)(send_refund), key=each_call)
     with run_scope("run-1"):
         plain("ada", 5)

@@ -503,7 +503,7 @@ def test_on_doubt_message_tells_the_model(store: Store, tmp_path: Path) -> None:
 def test_a_model_that_asks_again_after_a_doubt_meets_the_same_doubt(
     store: Store, tmp_path: Path
 ) -> None:
-    """Told the refund is in doubt, a model that asks again (a later step, a new call id) is told again."""
+    """Told of a doubt, a model that asks again (a later step, a new call id) is told again."""
     effects = tmp_path / "e"
     chat = model(refund_call("call-1"), refund_call("call-2"), AIMessage("I will ask a person"))
     tool = safe_tool(refunds(store, effects, ["interrupt-after"]), on_doubt="message")

@@ -450,7 +450,7 @@ def test_call_tool_sends_the_key_in_meta(store: Store, tmp_path: Path) -> None:
 
 
 def test_call_tool_keys_the_same_call_in_a_run_alike(store: Store, tmp_path: Path) -> None:
-    """In a run_scope, a host's retry and a run started again send the first call's key: one refund."""
+    """In a run_scope, a host's retry and a re-run send the first call's key: one refund."""
     effects = tmp_path / "effects"
     server = new_server()
     add_tool(server, refunds(store, effects))

@@ -8,6 +8,7 @@ import asyncio
 import json
 import subprocess
 import sys
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
 
@@ -117,8 +118,9 @@ def test_a_model_that_asks_again_after_a_doubt_is_told_again(store: Store, tmp_p
     """A doubt told to the model, then the same call asked again: one refund, two tool errors."""
     effects = tmp_path / "effects"
     guarded = refunds(store, effects, ["interrupt-after"])
+    plain: Callable[..., object] = keyed(guarded)
     with run_scope("run-1"), pytest.raises(KeyboardInterrupt):  # cut off, as in a crash
-        keyed(guarded)(**ARGS)
+        plain(**ARGS)
     with run_scope("run-1"):
         result = run(function_tool(guarded), script("call-2", "call-3"))
     [first, second] = outputs(result)

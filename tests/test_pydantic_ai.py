@@ -168,8 +168,9 @@ def test_a_model_that_asks_again_after_a_doubt_is_told_again(store: Store, tmp_p
     """Told of a doubt, a model that asks again (a later response, a new call id) is told again."""
     effects = tmp_path / "effects"
     guarded = refunds(store, effects, ["interrupt-after"])
+    plain: Callable[..., object] = keyed(guarded)
     with run_scope("run-1"), pytest.raises(KeyboardInterrupt):  # cut off, as in a crash
-        keyed(guarded)(**ARGS)
+        plain(**ARGS)
 
     def insisting(messages: list[ModelMessage], _: AgentInfo) -> ModelResponse:
         if len(messages) < 4:
@@ -288,7 +289,7 @@ def dbos(tmp_path: Path) -> Iterator[None]:
 def test_a_durable_run_is_keyed_by_run_id_and_the_call(
     dbos: None, store: Store, tmp_path: Path
 ) -> None:
-    """Inside a DBOS workflow the key needs no run_scope: the engine's run id, tool and arguments."""
+    """Inside a DBOS workflow the key needs no run_scope: the run id, tool and arguments."""
     del dbos
     effects = tmp_path / "effects"
     agent = Agent(

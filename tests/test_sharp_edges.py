@@ -130,12 +130,14 @@ def test_first_parameter_of_another_type_is_refused(ledger: Path) -> None:
 
 
 def test_first_parameter_not_named_key_is_refused(ledger: Path) -> None:
-    """A first parameter named otherwise would key every call by its value: refused, with the fix."""
+    """A first parameter named otherwise would key every call by its value: refused, with a fix."""
 
     def send(to: str, body: str) -> None:
         pass
 
-    with pytest.raises(TypeError, match=r"its first parameter, 'to', would receive the key") as caught:
+    with pytest.raises(
+        TypeError, match=r"its first parameter, 'to', would receive the key"
+    ) as caught:
         safe(ledger)(send)
     assert "name it 'key'" in str(caught.value)
     assert "'def send(to: safeact.Key, ...)'" in str(caught.value)

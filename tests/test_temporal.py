@@ -35,6 +35,7 @@ from safeact import (
     safe,
     template,
 )
+from safeact._keys import ArgsHash
 from safeact.temporal import (
     FAILED,
     IN_DOUBT,
@@ -43,13 +44,13 @@ from safeact.temporal import (
     guarded_activity,
     in_workflow,
 )
-from safeact._keys import ArgsHash
 from tests.actions import Receipt, count_effects, record_effect
 
 
 def act_like(key: str, to: str, amount: int) -> Receipt:
     """The signature of the guarded refund, whose arguments' digest is in ``KEY``."""
     raise AssertionError
+
 
 KEY = f"temporal:order%2F7:refund:{ArgsHash(inspect.signature(act_like))(('ada', 5), {})[:16]}"
 """The key of ``refund("ada", 5)`` in workflow ``order/7``, whichever run or activity makes it."""
@@ -118,7 +119,7 @@ def test_retry_replays_and_acts_once(store: Store, tmp_path: Path) -> None:
 
 
 def test_a_new_run_of_the_workflow_id_replays(store: Store, tmp_path: Path) -> None:
-    """A new run of the workflow id (a re-run, a reset) with another activity id replays: one refund."""
+    """A new run of the workflow id (a re-run, a reset), another activity id: it replays."""
     effects = tmp_path / "effects"
     act = guarded_activity(refunds(store, effects, []))
     environment(run="run-1").run(act, "ada", 5)
