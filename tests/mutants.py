@@ -54,8 +54,12 @@ CRASH_PROOF = (
     "            if reason is DoubtReason.CRASHED and not self._owner_gone(current.owner):\n"
     "                return False\n"
 )
-DBOS_KEY = "return f\"dbos:{quote(workflow_id, safe='')}:{step_id}:{call.tool}\""
-TEMPORAL_KEY = 'return f"temporal:{workflow}:{info.workflow_run_id}:{activity_id}:{call.tool}"'
+DBOS_KEY = "return f\"dbos:{quote(workflow_id, safe='')}:{call.tool}:{call.digest[:16]}\""
+TEMPORAL_KEY = (
+    "return f\"temporal:{quote(info.workflow_id, safe='')}:{call.tool}:{call.digest[:16]}\""
+)
+THREAD_KEY = 'return f"langgraph:{_thread(call)}:{call.tool}:{call.digest[:16]}"'
+RUN_KEY = 'return f"{_run_key(call)}:{call.tool}:{call.digest[:16]}"'
 AGENTS_TOOL = """    return agents.function_tool(
         body,
         name_override=tool_name,
@@ -188,8 +192,8 @@ MUTANTS = [
         [
             Edit(
                 "safeact/_protocol.py",
-                "if record.args_hash != args_hash:",
-                "if record.args_hash != record.args_hash:",
+                "if record.args_hash != args_hash and (",
+                "if record.args_hash != record.args_hash and (",
             )
         ],
         [
@@ -500,16 +504,34 @@ MUTANTS = [
         ["tests/test_mcp.py"],
     ),
     Mutant(
-        "key a LangGraph call by its task, which a lost step re-plans",
+        "key a LangGraph call by its step, which a model asked again moves",
         [
             Edit(
                 "safeact/langgraph.py",
-                'path = "/".join(part.split(":", 1)[0] for part in namespace.split("|")) '
-                'if namespace else ""',
-                'path = namespace.replace(":", "-")',
+                THREAD_KEY,
+                THREAD_KEY.replace(
+                    "{_thread(call)}:",
+                    "{_thread(call)}:{var_child_runnable_config.get()['metadata']['langgraph_step']}:",
+                ),
             )
         ],
         ["tests/test_langgraph.py"],
+    ),
+    Mutant(
+        "count identical calls in a run, so a model asked again or a host's retry acts again",
+        [Edit("safeact/_keyed.py", RUN_KEY, "return each_call(call)")],
+        ["tests/test_keyed.py", "tests/test_openai_agents.py", "tests/test_mcp.py"],
+    ),
+    Mutant(
+        "hash an argument equal to its default, so a deploy that adds a parameter moves keys",
+        [
+            Edit(
+                "safeact/_keys.py",
+                "texts[parameter.name] = _text(parameter.name, default)",
+                "texts[parameter.name] = None",
+            )
+        ],
+        ["tests/test_keyed.py", "tests/test_args_hash.py"],
     ),
     Mutant(
         "key a DBOS step by the process running it, which recovery replaces",
@@ -529,10 +551,32 @@ MUTANTS = [
             Edit(
                 "safeact/temporal.py",
                 TEMPORAL_KEY,
-                TEMPORAL_KEY.replace("{activity_id}:", "{activity_id}:{info.attempt}:"),
+                TEMPORAL_KEY.replace(":{call.tool}", ":{info.attempt}:{call.tool}"),
             )
         ],
         ["tests/test_temporal.py"],
+    ),
+    Mutant(
+        "key a Temporal activity by its workflow run, which an operator's re-run changes",
+        [
+            Edit(
+                "safeact/temporal.py",
+                TEMPORAL_KEY,
+                TEMPORAL_KEY.replace(":{call.tool}", ":{info.workflow_run_id}:{call.tool}"),
+            )
+        ],
+        ["tests/test_temporal.py", "tests/test_temporal_server.py"],
+    ),
+    Mutant(
+        "key a DBOS step by its step id, which a deploy that inserts a step moves",
+        [
+            Edit(
+                "safeact/dbos.py",
+                DBOS_KEY,
+                DBOS_KEY.replace(":{call.tool}", ":{step_id}:{call.tool}"),
+            )
+        ],
+        ["tests/test_dbos.py"],
     ),
     Mutant(
         "key an Agents SDK call by its tool_call_id, which a model asked again changes",
