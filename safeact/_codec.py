@@ -35,6 +35,7 @@ if typing.TYPE_CHECKING:
 __all__ = [
     "JSONValue",
     "ResultNotStorableError",
+    "shown",
     "check_return_type",
     "decode",
     "encode",
@@ -562,6 +563,17 @@ def _explain(exc: Exception) -> str:
         return f"{type(exc).__name__}: {exc}"
     except Exception:  # noqa: BLE001 - a broken __str__ must not hide that the value is unstorable
         return type(exc).__name__
+
+
+def shown(value: object) -> str:
+    """``value`` as text for a person or a model: its repr, or its type's name if that raises.
+
+    For a result the ledger cannot store: the caller still gets it, as this text.
+    """
+    try:
+        return repr(value)
+    except Exception:  # noqa: BLE001 - the value is a user's, and so is its __repr__
+        return f"a {type(value).__qualname__} (its repr raised)"
 
 
 def _show(value: object) -> str:

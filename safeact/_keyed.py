@@ -19,7 +19,7 @@ from typing import Any, ParamSpec, TypeAlias, TypeVar, overload
 
 import attrs
 
-from safeact._codec import encode
+from safeact._codec import ResultNotStorableError, encode, shown
 from safeact._keys import check_key
 from safeact._outcome import InDoubt
 from safeact._tool import AsyncSafeTool, SafeTool
@@ -303,13 +303,16 @@ def doubt_text(doubt: InDoubtError, name: str) -> str:
 def model_text(value: object, return_type: object) -> str:
     """A result as a model reads it: a ``str`` as it is, else the JSON safeact stores.
 
-    Raises:
-        ResultNotStorableError: the value does not fit ``return_type``.
-
+    A value the ledger cannot store (``nan`` under ``-> float``, say: the action ran, and
+    its key is left in doubt saying why) is given as its text, so that it still reaches the
+    model, and nothing raises out of the framework after the action ran.
     """
     if isinstance(value, str):
         return value
-    return json.dumps(encode(value, return_type), allow_nan=False)
+    try:
+        return json.dumps(encode(value, return_type), allow_nan=False)
+    except ResultNotStorableError:
+        return shown(value)
 
 
 def split_arguments(

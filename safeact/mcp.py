@@ -40,7 +40,7 @@ import anyio.to_thread
 import attrs
 from mcp.types import CallToolResult, ToolAnnotations
 
-from safeact._codec import ResultNotStorableError, encode
+from safeact._codec import ResultNotStorableError, encode, shown
 from safeact._keyed import (
     KeyPolicy,
     NoRunKeyError,
@@ -321,8 +321,9 @@ class _Guard:
             stored = encode(value, self.tool.return_type)
         except ResultNotStorableError:
             # The action ran, but its value does not fit its return type (the ledger could
-            # not record it either, and says so to later calls): send it as text.
-            return _result(repr(value), None, {REPLAYED: replayed})
+            # not record it either, and says so to later calls): send it as text, which a
+            # repr that raises cannot stop.
+            return _result(shown(value), None, {REPLAYED: replayed})
         text = value if isinstance(value, str) else json.dumps(stored, allow_nan=False)
         structured = stored if isinstance(stored, dict) else {"result": stored}
         return _result(text, structured, {REPLAYED: replayed})

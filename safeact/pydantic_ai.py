@@ -37,7 +37,7 @@ from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.durable_exec import BaseDurabilityCapability
 from pydantic_ai.toolsets import FunctionToolset
 
-from safeact._codec import encode
+from safeact._codec import ResultNotStorableError, encode, shown
 from safeact._keyed import KeyPolicy, NoRunKeyError, ToolCall, doubt_text, in_run, keyed
 from safeact._tool import AsyncSafeTool, SafeTool
 from safeact.exceptions import FailedCallError, InDoubtError
@@ -167,7 +167,7 @@ def _body(tool: _Guarded, key: KeyPolicy, on_doubt: OnDoubt) -> Callable[..., ob
             with _running(ctx):
                 call = cast("Awaitable[object]", plain(*args, **kwargs))
                 try:
-                    return encode(await call, tool.return_type)
+                    return _for_model(await call, tool.return_type)
                 except FailedCallError as exc:
                     return f"Error: {exc}"
                 except InDoubtError as exc:
@@ -179,7 +179,7 @@ def _body(tool: _Guarded, key: KeyPolicy, on_doubt: OnDoubt) -> Callable[..., ob
         def run(ctx: RunContext[Any], /, *args: object, **kwargs: object) -> object:
             with _running(ctx):
                 try:
-                    return encode(plain(*args, **kwargs), tool.return_type)
+                    return _for_model(plain(*args, **kwargs), tool.return_type)
                 except FailedCallError as exc:
                     return f"Error: {exc}"
                 except InDoubtError as exc:
@@ -188,6 +188,18 @@ def _body(tool: _Guarded, key: KeyPolicy, on_doubt: OnDoubt) -> Callable[..., ob
         body = run
     _dress(body, plain)
     return body
+
+
+def _for_model(value: object, return_type: object) -> object:
+    """The value as the ledger stores it (JSON), or as text if the ledger cannot store it.
+
+    The action ran: its value reaches the model either way, and the key of one it cannot
+    store is left in doubt, saying why; nothing raises out of the run.
+    """
+    try:
+        return encode(value, return_type)
+    except ResultNotStorableError:
+        return shown(value)
 
 
 @contextlib.contextmanager

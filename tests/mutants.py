@@ -523,6 +523,22 @@ MUTANTS = [
         ["tests/test_keyed.py", "tests/test_openai_agents.py", "tests/test_mcp.py"],
     ),
     Mutant(
+        "raise a result the ledger cannot store out of the framework, after the action ran",
+        [
+            Edit(
+                "safeact/_keyed.py",
+                "    except ResultNotStorableError:\n        return shown(value)",
+                "    except ResultNotStorableError:\n        raise",
+            ),
+            Edit(
+                "safeact/pydantic_ai.py",
+                "    except ResultNotStorableError:\n        return shown(value)",
+                "    except ResultNotStorableError:\n        raise",
+            ),
+        ],
+        ["tests/test_openai_agents.py", "tests/test_langgraph.py", "tests/test_pydantic_ai.py"],
+    ),
+    Mutant(
         "hash an argument equal to its default, so a deploy that adds a parameter moves keys",
         [
             Edit(

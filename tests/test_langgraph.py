@@ -6,6 +6,7 @@ child process (tests/langgraph_child.py) right after the refund's side effect.
 """
 
 import json
+import math
 import signal
 import sqlite3
 import subprocess
@@ -517,6 +518,29 @@ def test_a_model_that_asks_again_after_a_doubt_meets_the_same_doubt(
     assert record.key in first[0]
     assert record.key in second[0]
     assert count_effects(effects, "refund") == 1
+
+
+def test_a_result_it_cannot_store_reaches_the_model_and_the_repeat_is_in_doubt(
+    store: Store, tmp_path: Path
+) -> None:
+    """``nan`` under ``-> float``: the model gets "nan", nothing raises; asked again, a doubt."""
+    effects = tmp_path / "e"
+
+    @safe(store, name="quote")
+    def quote_fx(key: str, pair: str) -> float:
+        """Quote a currency pair."""
+        record_effect(effects, "quote")
+        return math.nan
+
+    again = asks(("quote_fx", {"pair": "EURUSD"}, "call-2"))
+    chat = model(asks(("quote_fx", {"pair": "EURUSD"}, "call-1")), again, AIMessage("done"))
+    graph = hand_graph([safe_tool(quote_fx, on_doubt="message")], chat, InMemorySaver())
+    result = graph.invoke(USER, thread(), durability="sync")
+    [(first, _, first_status), (second, _, second_status)] = tool_messages(result)
+    assert (first, first_status) == ("nan", "success")
+    assert second_status == "error"
+    assert "result_not_stored" in second
+    assert count_effects(effects, "quote") == 1
 
 
 def test_middleware_gives_create_agent_the_guarded_tools(store: Store, tmp_path: Path) -> None:

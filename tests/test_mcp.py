@@ -16,7 +16,7 @@ import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import anyio
 import pydantic
@@ -381,6 +381,32 @@ def test_a_value_that_does_not_fit_its_type_is_sent_as_text(store: Store) -> Non
     assert not result["isError"]
     assert text(result) == "'not an int'"
     assert "structuredContent" not in result
+
+
+class Price(float):
+    """A float subclass whose repr refuses."""
+
+    def __repr__(self) -> NoReturn:
+        raise RuntimeError("not for logs")
+
+
+def test_a_value_whose_repr_raises_is_still_sent(store: Store, tmp_path: Path) -> None:
+    """An unstorable value whose repr raises reaches the client as text; the key is in doubt."""
+    effects = tmp_path / "effects"
+
+    @safe(store, name="quote")
+    def quote(key: str) -> float:
+        record_effect(effects, "quote")
+        return Price("nan")
+
+    server = new_server()
+    add_tool(server, quote)
+    first, again = calls(server, ("quote", {}, keyed_by("k")), ("quote", {}, keyed_by("k")))
+    assert not first["isError"]
+    assert text(first) == "a Price (its repr raised)"
+    assert again["isError"]
+    assert again["structuredContent"]["reason"] == "result_not_stored"
+    assert count_effects(effects, "quote") == 1
 
 
 def test_an_async_tool_runs_once(store: Store, tmp_path: Path) -> None:

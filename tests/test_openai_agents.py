@@ -6,6 +6,7 @@ says (tool calls, then a final message); no network.
 
 import asyncio
 import json
+import math
 import subprocess
 import sys
 from collections.abc import Callable
@@ -127,6 +128,27 @@ def test_a_model_that_asks_again_after_a_doubt_is_told_again(store: Store, tmp_p
     assert "Do not call send_refund again" in str(first)
     assert "Do not call send_refund again" in str(second)
     assert count_effects(effects, "refund") == 1
+
+
+def test_a_result_it_cannot_store_reaches_the_model_and_a_retry_is_in_doubt(
+    store: Store, tmp_path: Path
+) -> None:
+    """``nan`` under ``-> float`` reaches the model as "nan"; the model's retry is told of a doubt."""
+    effects = tmp_path / "effects"
+
+    @safe(store, name="quote")
+    def quote_fx(key: str, pair: str) -> float:
+        """Quote a currency pair."""
+        record_effect(effects, "quote")
+        return math.nan
+
+    steps: list[Any] = [[function_call("quote_fx", {"pair": "EURUSD"}, call_id=c)] for c in "ab"]
+    model = ScriptedModel([*steps, [assistant_message("done")]])
+    with run_scope("run-1"):
+        first, second = outputs(run(function_tool(quote_fx), model))
+    assert first == "nan"
+    assert "result_not_stored" in str(second)
+    assert count_effects(effects, "quote") == 1
 
 
 def test_a_template_key_needs_no_run_scope(store: Store, tmp_path: Path) -> None:

@@ -9,6 +9,7 @@ effect, and a new process recovers the workflow.
 
 import asyncio
 import json
+import math
 import signal
 import subprocess
 import sys
@@ -182,6 +183,30 @@ def test_a_model_that_asks_again_after_a_doubt_is_told_again(store: Store, tmp_p
     assert len(told) == 2
     assert all("Do not call send_refund again" in str(message) for message in told)
     assert count_effects(effects, "refund") == 1
+
+
+def test_a_result_it_cannot_store_reaches_the_model_and_a_retry_is_in_doubt(
+    store: Store, tmp_path: Path
+) -> None:
+    """``nan`` under ``-> float`` reaches the model as "nan"; nothing raises; a retry is in doubt."""
+    effects = tmp_path / "effects"
+
+    @safe(store, name="quote")
+    def quote_fx(key: str, pair: str) -> float:
+        """Quote a currency pair."""
+        record_effect(effects, "quote")
+        return math.nan
+
+    def twice(messages: list[ModelMessage], _: AgentInfo) -> ModelResponse:
+        if len(messages) < 4:
+            return ModelResponse(parts=[ToolCallPart("quote_fx", {"pair": "EURUSD"})])
+        return ModelResponse(parts=[TextPart("done")])
+
+    with run_scope("run-1"):
+        first, second = run(SafeTools(quote_fx), FunctionModel(twice))
+    assert first == "nan"
+    assert "result_not_stored" in str(second)
+    assert count_effects(effects, "quote") == 1
 
 
 def test_pydantic_ais_test_model_calls_the_tool(store: Store, tmp_path: Path) -> None:

@@ -70,7 +70,9 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
         process.wait(timeout=60)
 
 
-async def crash_resolve_rerun(address: str, ledger: Path, effects: Path) -> tuple[dict[str, str], str]:
+async def crash_resolve_rerun(
+    address: str, ledger: Path, effects: Path
+) -> tuple[dict[str, str], str]:
     """Kill a worker in the refund, see the retry fail the workflow, resolve, run the id again."""
     client = await Client.connect(address)
     workflow_id = f"wf-crash-{uuid.uuid4().hex[:8]}"
