@@ -35,12 +35,12 @@ if typing.TYPE_CHECKING:
 __all__ = [
     "JSONValue",
     "ResultNotStorableError",
-    "shown",
     "check_return_type",
     "decode",
     "encode",
     "encode_untyped",
     "register_type",
+    "shown",
 ]
 
 T = TypeVar("T")

@@ -8,6 +8,7 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
 
@@ -18,9 +19,9 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from safeact import Store, get_store, safe  # noqa: E402 - after the path that finds safeact
-from safeact.temporal import guarded_activity  # noqa: E402
-from tests.actions import record_effect  # noqa: E402
+from safeact import Store, get_store, safe
+from safeact.temporal import guarded_activity
+from tests.actions import record_effect
 
 QUEUE = "refunds"
 
@@ -31,16 +32,17 @@ class RefundOrder:
 
     @workflow.run
     async def run(self, to: str, amount: int) -> str:
-        return await workflow.execute_activity(
+        refunded: str = await workflow.execute_activity(
             "send_refund",
             args=[to, amount],
             result_type=str,
             start_to_close_timeout=timedelta(seconds=2),
             retry_policy=RetryPolicy(initial_interval=timedelta(seconds=1), maximum_attempts=3),
         )
+        return refunded
 
 
-def refund_activity(store: Store, effects: Path, *, die: bool) -> object:
+def refund_activity(store: Store, effects: Path, *, die: bool) -> Callable[..., object]:
     """The guarded refund as an activity; ``die`` kills the process right after the effect."""
 
     @safe(store, name="refund")

@@ -133,7 +133,7 @@ def test_a_model_that_asks_again_after_a_doubt_is_told_again(store: Store, tmp_p
 def test_a_result_it_cannot_store_reaches_the_model_and_a_retry_is_in_doubt(
     store: Store, tmp_path: Path
 ) -> None:
-    """``nan`` under ``-> float`` reaches the model as "nan"; the model's retry is told of a doubt."""
+    """``nan`` under ``-> float`` reaches the model as "nan"; its retry is told of a doubt."""
     effects = tmp_path / "effects"
 
     @safe(store, name="quote")

@@ -188,7 +188,7 @@ def test_a_model_that_asks_again_after_a_doubt_is_told_again(store: Store, tmp_p
 def test_a_result_it_cannot_store_reaches_the_model_and_a_retry_is_in_doubt(
     store: Store, tmp_path: Path
 ) -> None:
-    """``nan`` under ``-> float`` reaches the model as "nan"; nothing raises; a retry is in doubt."""
+    """``nan`` under ``-> float`` reaches the model as "nan", nothing raises; a retry: doubt."""
     effects = tmp_path / "effects"
 
     @safe(store, name="quote")

@@ -58,7 +58,7 @@ def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     port = free_port()
     command = [cli, "server", "start-dev", "--headless", "--ip", "127.0.0.1", "--port", str(port)]
     command += ["--db-filename", str(tmp_path_factory.mktemp("temporal") / "temporal.db")]
-    process = subprocess.Popen(  # noqa: S603 - the CLI of the dev extra, our own arguments
+    process = subprocess.Popen(
         [*command, "--log-level", "error"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )
     address = f"127.0.0.1:{port}"
@@ -79,14 +79,10 @@ async def crash_resolve_rerun(
     handle = await client.start_workflow(
         RefundOrder.run, args=["ada", 5], id=workflow_id, task_queue=QUEUE
     )
-    doomed = subprocess.run(  # noqa: S603 - this test's own worker script
-        [sys.executable, str(WORKER), address, str(ledger), str(effects)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
+    doomed = await asyncio.create_subprocess_exec(
+        sys.executable, str(WORKER), address, str(ledger), str(effects)
     )
-    assert doomed.returncode == -signal.SIGKILL, doomed.stderr
+    assert await asyncio.wait_for(doomed.wait(), 120) == -signal.SIGKILL
     with get_store(ledger) as store:
         async with worker(client, store, effects, die=False):
             with pytest.raises(WorkflowFailureError) as failed:
