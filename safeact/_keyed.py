@@ -23,13 +23,15 @@ from safeact._codec import ResultNotStorableError, encode, shown
 from safeact._keys import check_key
 from safeact._outcome import InDoubt
 from safeact._tool import AsyncSafeTool, SafeTool
-from safeact.exceptions import InDoubtError, SafeError
+from safeact.exceptions import InDoubtError, KeyConflictError, SafeError
 
 __all__ = [
     "KeyPolicy",
     "NoRunKeyError",
     "Template",
     "ToolCall",
+    "conflict_receipt",
+    "conflict_text",
     "doubt_text",
     "each_call",
     "in_run",
@@ -297,6 +299,28 @@ def doubt_text(doubt: InDoubtError, name: str) -> str:
     return (
         f"{doubt}. Do not call {name} again for this: a person must check and resolve it. "
         f"Receipt: {json.dumps(receipt_of(doubt))}"
+    )
+
+
+def conflict_receipt(conflict: KeyConflictError) -> dict[str, str | None]:
+    """A key conflict as JSON: the key, both tools and both argument digests, and why."""
+    return {
+        "key": conflict.key,
+        "tool": conflict.tool,
+        "args_hash": conflict.args_hash,
+        "recorded_tool": conflict.recorded_tool,
+        "recorded_args_hash": conflict.recorded_args_hash,
+        "conflict": str(conflict),
+    }
+
+
+def conflict_text(conflict: KeyConflictError, name: str) -> str:
+    """What a model is told of a call of ``name`` whose key names another action."""
+    return (
+        f"{conflict} {name} was not run: its key names an action already recorded with "
+        "other arguments. If you meant that action, call it with the arguments it was made "
+        "with; if this is another action, a person must decide how to key it. "
+        f"Receipt: {json.dumps(conflict_receipt(conflict))}"
     )
 
 

@@ -249,14 +249,13 @@ def next_step(  # noqa: PLR0913 - the record, the call, and what the world says 
     if record is None:
         return Run(None)
     if record.tool != tool:
-        raise KeyConflictError(
-            record.key, f"is already recorded for tool {record.tool!r}, not {tool!r}"
-        )
+        raise _conflict(record, tool, args_hash, f"for tool {record.tool!r}, not {tool!r}")
     if record.args_hash != args_hash and (former_hash is None or record.args_hash != former_hash()):
-        raise KeyConflictError(
-            record.key,
-            f"is already recorded for other arguments (args hash {record.args_hash[:12]}, "
-            f"not {args_hash[:12]})",
+        raise _conflict(
+            record,
+            tool,
+            args_hash,
+            f"for other arguments (args hash {record.args_hash[:12]}, not {args_hash[:12]})",
         )
     match record.state:
         case State.RELEASED:
@@ -266,6 +265,18 @@ def next_step(  # noqa: PLR0913 - the record, the call, and what the world says 
         case State.IN_DOUBT | State.ATTEMPTING:
             reason = abandonment(record, now=now, owner_gone=owner_gone, owner_lost=owner_lost)
             return Wait(record) if reason is None else Doubt(record, reason)
+
+
+def _conflict(record: Record, tool: str, args_hash: str, what: str) -> KeyConflictError:
+    """Refuse a call of ``tool`` with ``args_hash`` under a key ``record`` holds ``what`` for."""
+    return KeyConflictError(
+        record.key,
+        f"is already recorded {what}",
+        tool=tool,
+        args_hash=args_hash,
+        recorded_tool=record.tool,
+        recorded_args_hash=record.args_hash,
+    )
 
 
 def abandonment(

@@ -78,12 +78,27 @@ class KeyConflictError(SafeError):
 
     A key names one action: one tool with one set of arguments, or one step of one saga.
     Reusing it for something else would replay the wrong result, so safeact refuses: pick
-    a key that identifies this action. ``key`` is the key in question.
+    a key that identifies this action. ``key`` is the key in question; for a guarded call,
+    ``tool`` and ``args_hash`` are this call's, ``recorded_tool`` and
+    ``recorded_args_hash`` those the key was recorded with (``None`` for a saga's steps).
     """
 
-    def __init__(self, key: str, reason: str) -> None:
+    def __init__(  # noqa: PLR0913 - the key, why, and both sides of the conflict
+        self,
+        key: str,
+        reason: str,
+        *,
+        tool: str | None = None,
+        args_hash: str | None = None,
+        recorded_tool: str | None = None,
+        recorded_args_hash: str | None = None,
+    ) -> None:
         """Say which key conflicts and with what."""
         self.key = key
+        self.tool = tool
+        self.args_hash = args_hash
+        self.recorded_tool = recorded_tool
+        self.recorded_args_hash = recorded_args_hash
         super().__init__(
             f"key {key!r} {reason}; nothing ran. Use a key that identifies this exact action."
         )

@@ -49,6 +49,8 @@ from safeact._keyed import (
     NoRunKeyError,
     Template,
     ToolCall,
+    conflict_receipt,
+    conflict_text,
     doubt_text,
     keyed,
     model_text,
@@ -57,7 +59,13 @@ from safeact._keyed import (
 )
 from safeact._protocol import JSON
 from safeact._tool import AsyncSafeTool, SafeTool
-from safeact.exceptions import FailedCallError, InDoubtError, NotProvenError, SafeError
+from safeact.exceptions import (
+    FailedCallError,
+    InDoubtError,
+    KeyConflictError,
+    NotProvenError,
+    SafeError,
+)
 
 __all__ = ["OnDoubt", "SafeMiddleware", "in_thread", "position", "safe_tool"]
 
@@ -348,21 +356,23 @@ class _Guard:
     def run(self, **arguments: object) -> str:
         """Call the tool; pause or report a doubt (LangChain's ``func``)."""
         args, kwargs = split_arguments(self.signature, arguments)
-        pauses = 0
+        pauses, refused = 0, None
         while True:
             self._check_durability()
             try:
                 return model_text(self.plain(*args, **kwargs), self.tool.return_type)
             except FailedCallError as exc:
                 raise ToolException(str(exc)) from exc
+            except KeyConflictError as exc:
+                raise self._conflict(exc) from exc
             except InDoubtError as exc:
                 doubt = exc
-            pauses = self._settle(doubt, pauses)
+            pauses, refused = self._settle(doubt, pauses, refused)
 
     async def run_async(self, **arguments: object) -> str:
         """Call the async tool; pause or report a doubt (LangChain's ``coroutine``)."""
         args, kwargs = split_arguments(self.signature, arguments)
-        pauses = 0
+        pauses, refused = 0, None
         while True:
             self._check_durability()
             try:
@@ -370,20 +380,37 @@ class _Guard:
                 return model_text(value, self.tool.return_type)
             except FailedCallError as exc:
                 raise ToolException(str(exc)) from exc
+            except KeyConflictError as exc:
+                raise self._conflict(exc) from exc
             except InDoubtError as exc:
                 doubt = exc
             # On the loop, not in a thread: interrupt() writes to the running task. The
             # ledger reads and writes it makes here are few, and only on a doubt.
-            pauses = self._settle(doubt, pauses)
+            pauses, refused = self._settle(doubt, pauses, refused)
 
-    def _settle(self, doubt: InDoubtError, pauses: int) -> int:
-        """Get a verdict on ``doubt`` and apply it; return how many pauses were asked for.
+    def _conflict(self, conflict: KeyConflictError) -> ToolException:
+        """The model's error for a key that names another action, after a person saw it.
+
+        With ``on_doubt="interrupt"`` the graph pauses first, with the conflict's receipt
+        (both tools and argument digests); whatever it is resumed with, nothing runs.
+        """
+        if self.on_doubt == "interrupt":
+            interrupt(conflict_receipt(conflict))
+        return ToolException(conflict_text(conflict, self.name))
+
+    def _settle(
+        self, doubt: InDoubtError, pauses: int, refused: str | None
+    ) -> tuple[int, str | None]:
+        """Get a verdict on ``doubt`` and apply it; return the pauses asked for, and a refusal.
 
         Raises ``ToolException`` (``on_doubt="message"``), or pauses the graph (LangGraph's
         ``GraphInterrupt``) until a person resumes it with a verdict. On a resumed run, the
-        verdicts given so far come back, in order, from ``interrupt()``.
+        verdicts given so far come back, in order, from ``interrupt()``. ``refused`` is why
+        the ledger refused the last verdict (an attempt that ended, say): the pause says so.
         """
         receipt = receipt_of(doubt)
+        if refused is not None:
+            receipt = {**receipt, "error": refused}
         if self.on_doubt == "message":
             raise ToolException(doubt_text(doubt, self.name))
         while True:
@@ -405,9 +432,11 @@ class _Guard:
             except TypeError as exc:  # the result does not fit the return type
                 receipt = {**receipt, "error": str(exc)}
                 continue
-            except SafeError:
-                return pauses  # the key moved on meanwhile (resolved, or a new attempt)
-            return pauses
+            except SafeError as exc:
+                # The key moved on meanwhile (resolved, or a new attempt): the call reads it
+                # again, and if it pauses again, the pause says why this verdict was refused.
+                return pauses, f"the verdict was not applied: {exc}"
+            return pauses, None
 
     def _apply(self, key: str, verdict: _Verdict, marker: str) -> None:
         tool = self.tool

@@ -45,6 +45,7 @@ from safeact._keyed import (
     KeyPolicy,
     NoRunKeyError,
     ToolCall,
+    conflict_receipt,
     in_run,
     keyed,
     receipt_of,
@@ -265,7 +266,7 @@ class _Guard:
                     functools.partial(tool, key, *args, **kwargs)
                 )
         except KeyConflictError as exc:
-            return _error(f"{self.name}: {exc}")
+            return _error(f"{self.name}: {exc}", {"state": "conflict", **conflict_receipt(exc)})
         return self._result(outcome)
 
     def _key(self, sent: object, args: list[object], kwargs: dict[str, object]) -> str | None:

@@ -33,16 +33,40 @@ from typing import Any, Literal, TypeAlias, cast
 import agents
 from agents import FunctionTool, RunContextWrapper
 
-from safeact._keyed import KeyPolicy, doubt_text, in_run, keyed, model_text, receipt_of
+from safeact._keyed import (
+    KeyPolicy,
+    conflict_receipt,
+    conflict_text,
+    doubt_text,
+    in_run,
+    keyed,
+    model_text,
+    receipt_of,
+)
 from safeact._tool import AsyncSafeTool, SafeTool
-from safeact.exceptions import FailedCallError, InDoubtError, SafeError
+from safeact.exceptions import FailedCallError, InDoubtError, KeyConflictError, SafeError
 
-__all__ = ["InDoubtStopError", "OnDoubt", "function_tool"]
+__all__ = ["InDoubtStopError", "KeyConflictStopError", "OnDoubt", "function_tool"]
 
 OnDoubt: TypeAlias = Literal["error", "stop"]
-"""What an ``InDoubt`` call does: tell the model (a tool error), or stop the run."""
+"""What an ``InDoubt`` call (or a key conflict) does: tell the model (a tool error), or stop."""
 
 _Guarded: TypeAlias = SafeTool[Any, Any] | AsyncSafeTool[Any, Any]
+
+
+class KeyConflictStopError(agents.AgentsException):
+    """A run stopped because a guarded call's key names another action (``on_doubt="stop"``).
+
+    ``conflict`` is the ``KeyConflictError`` (also the ``__cause__``); ``receipt`` its
+    receipt: ``key``, ``tool``, ``args_hash``, ``recorded_tool``, ``recorded_args_hash``,
+    ``conflict``. Nothing ran. An Agents SDK exception, so ``Runner.run`` raises it as it is.
+    """
+
+    def __init__(self, conflict: KeyConflictError, receipt: dict[str, str | None]) -> None:
+        """Carry ``conflict`` and its ``receipt``."""
+        super().__init__(f"{conflict} The run was stopped.")
+        self.conflict = conflict
+        self.receipt = receipt
 
 
 class InDoubtStopError(agents.AgentsException):
@@ -147,7 +171,7 @@ def _failure(_: RunContextWrapper[Any], error: Exception) -> str:
     safeact error here is a doubt to stop on, or a misuse (no run key): neither is the
     model's to work around.
     """
-    if isinstance(error, SafeError | InDoubtStopError):
+    if isinstance(error, SafeError | InDoubtStopError | KeyConflictStopError):
         raise error
     return agents.default_tool_error_function(_, error)
 
@@ -169,6 +193,8 @@ class _Guard:
             return model_text(self.plain(*args, **kwargs), self.tool.return_type)
         except FailedCallError as exc:
             return self._failed(exc)
+        except KeyConflictError as exc:
+            return self._conflict(exc)
         except InDoubtError as exc:
             return self._doubt(exc)
 
@@ -179,8 +205,16 @@ class _Guard:
             return model_text(value, self.tool.return_type)
         except FailedCallError as exc:
             return self._failed(exc)
+        except KeyConflictError as exc:
+            return self._conflict(exc)
         except InDoubtError as exc:
             return self._doubt(exc)
+
+    def _conflict(self, conflict: KeyConflictError) -> str:
+        """The model's tool error (``"error"``), or end the run (``"stop"``): nothing ran."""
+        if self.on_doubt == "stop":
+            raise KeyConflictStopError(conflict, conflict_receipt(conflict)) from conflict
+        return f"Error: {conflict_text(conflict, self.name)}"
 
     def _failed(self, failed: FailedCallError) -> str:
         return f"Error: {failed}"

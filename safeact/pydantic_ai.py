@@ -38,14 +38,22 @@ from pydantic_ai.durable_exec import BaseDurabilityCapability
 from pydantic_ai.toolsets import FunctionToolset
 
 from safeact._codec import ResultNotStorableError, encode, shown
-from safeact._keyed import KeyPolicy, NoRunKeyError, ToolCall, doubt_text, in_run, keyed
+from safeact._keyed import (
+    KeyPolicy,
+    NoRunKeyError,
+    ToolCall,
+    conflict_text,
+    doubt_text,
+    in_run,
+    keyed,
+)
 from safeact._tool import AsyncSafeTool, SafeTool
-from safeact.exceptions import FailedCallError, InDoubtError
+from safeact.exceptions import FailedCallError, InDoubtError, KeyConflictError
 
 __all__ = ["OnDoubt", "SafeTools", "in_agent_run"]
 
 OnDoubt: TypeAlias = Literal["error", "stop"]
-"""What an ``InDoubt`` call does: tell the model (a tool error), or stop the run."""
+"""What an ``InDoubt`` call (or a key conflict) does: tell the model (a tool error), or stop."""
 
 _Guarded: TypeAlias = SafeTool[Any, Any] | AsyncSafeTool[Any, Any]
 
@@ -116,6 +124,10 @@ class SafeTools(AbstractCapability[Any]):
       receipt. Resolve the key, then run again (a durable workflow: start it again under
       its id).
 
+    A call whose key names an action recorded with other arguments (a ``template`` key, say)
+    runs nothing: the model gets a tool error with both argument digests (``"error"``), or
+    the run ends with the ``KeyConflictError`` (``"stop"``).
+
     Raises:
         TypeError: a tool is not a guarded tool.
         ValueError: no tool is given, two have one name, ``on_doubt`` is not one of the
@@ -168,10 +180,8 @@ def _body(tool: _Guarded, key: KeyPolicy, on_doubt: OnDoubt) -> Callable[..., ob
                 call = cast("Awaitable[object]", plain(*args, **kwargs))
                 try:
                     return _for_model(await call, tool.return_type)
-                except FailedCallError as exc:
-                    return f"Error: {exc}"
-                except InDoubtError as exc:
-                    return _doubt(exc, on_doubt, plain.__name__)
+                except (FailedCallError, KeyConflictError, InDoubtError) as exc:
+                    return _told(exc, on_doubt, plain.__name__)
 
         body = run_async
     else:
@@ -180,10 +190,8 @@ def _body(tool: _Guarded, key: KeyPolicy, on_doubt: OnDoubt) -> Callable[..., ob
             with _running(ctx):
                 try:
                     return _for_model(plain(*args, **kwargs), tool.return_type)
-                except FailedCallError as exc:
-                    return f"Error: {exc}"
-                except InDoubtError as exc:
-                    return _doubt(exc, on_doubt, plain.__name__)
+                except (FailedCallError, KeyConflictError, InDoubtError) as exc:
+                    return _told(exc, on_doubt, plain.__name__)
 
         body = run
     _dress(body, plain)
@@ -212,11 +220,20 @@ def _running(ctx: RunContext[Any]) -> Iterator[None]:
         _context.reset(token)
 
 
-def _doubt(doubt: InDoubtError, on_doubt: OnDoubt, name: str) -> str:
-    """The model's tool error (``"error"``), or re-raise ``doubt`` to end the run."""
+def _told(
+    error: FailedCallError | KeyConflictError | InDoubtError, on_doubt: OnDoubt, name: str
+) -> str:
+    """The model's tool error for a call that gave no value, or raise ``error`` to end the run.
+
+    A failure is always told; a key conflict or a doubt ends the run with ``"stop"``.
+    """
+    if isinstance(error, FailedCallError):
+        return f"Error: {error}"
     if on_doubt == "stop":
-        raise doubt
-    return f"Error: {doubt_text(doubt, name)}"
+        raise error
+    if isinstance(error, KeyConflictError):
+        return f"Error: {conflict_text(error, name)}"
+    return f"Error: {doubt_text(error, name)}"
 
 
 def _dress(body: Callable[..., object], plain: Callable[..., object]) -> None:

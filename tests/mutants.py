@@ -539,6 +539,28 @@ MUTANTS = [
         ["tests/test_openai_agents.py", "tests/test_langgraph.py", "tests/test_pydantic_ai.py"],
     ),
     Mutant(
+        "end a LangGraph run on a key conflict, the model never told",
+        [
+            Edit(
+                "safeact/langgraph.py",
+                "        return ToolException(conflict_text(conflict, self.name))",
+                "        raise conflict",
+            )
+        ],
+        ["tests/test_langgraph.py"],
+    ),
+    Mutant(
+        "pause again after a refused verdict without saying why",
+        [
+            Edit(
+                "safeact/langgraph.py",
+                'return pauses, f"the verdict was not applied: {exc}"',
+                "return pauses, None",
+            )
+        ],
+        ["tests/test_langgraph.py"],
+    ),
+    Mutant(
         "hash an argument equal to its default, so a deploy that adds a parameter moves keys",
         [
             Edit(

@@ -483,6 +483,62 @@ def test_a_verdict_is_not_applied_to_a_later_attempt(store: Store, tmp_path: Pat
     assert count_effects(effects, "refund") == 1
 
 
+def test_a_verdict_for_another_attempt_pauses_again_saying_why(
+    store: Store, tmp_path: Path
+) -> None:
+    """A verdict naming another attempt is refused by the ledger: the next pause says why."""
+    effects = tmp_path / "e"
+    graph = interrupted_run(store, effects, InMemorySaver(), ["interrupt-after"])
+    first = the_pause(graph.invoke(None, thread(), durability="sync"))
+    verdict = {"happened": True, "result": ARGS, "attempt_id": "not-this-attempt"}
+    again = the_pause(graph.invoke(Command(resume=verdict), thread(), durability="sync"))
+    assert again["attempt_id"] == first["attempt_id"]
+    assert again["error"].startswith("the verdict was not applied: ")
+    assert "not-this-attempt" in again["error"]
+    assert count_effects(effects, "refund") == 1
+
+
+def conflicting(
+    store: Store, effects: Path, on_doubt: Literal["interrupt", "message"]
+) -> CompiledStateGraph[Any, Any, Any, Any]:
+    """A graph whose refund, keyed by ``to``, is asked again for another amount."""
+    other = asks(("send_refund", {**ARGS, "amount": 60}, "call-2"))
+    chat = model(refund_call("call-1"), other, AIMessage("done"))
+    tool = safe_tool(refunds(store, effects), key=template("refund:{to}"), on_doubt=on_doubt)
+    return hand_graph([tool], chat, InMemorySaver())
+
+
+def test_a_key_recorded_for_other_arguments_pauses_with_both_digests(
+    store: Store, tmp_path: Path
+) -> None:
+    """A call whose key holds other arguments pauses with both digests; resumed, nothing runs."""
+    effects = tmp_path / "e"
+    graph = conflicting(store, effects, "interrupt")
+    receipt = the_pause(graph.invoke(USER, thread(), durability="sync"))
+    [record] = store.records()
+    assert (receipt["key"], receipt["tool"], receipt["recorded_tool"]) == (
+        "refund:a@example.com",
+        "refund",
+        "refund",
+    )
+    assert receipt["recorded_args_hash"] == record.args_hash != receipt["args_hash"]
+    done = graph.invoke(Command(resume="seen"), thread(), durability="sync")
+    content, call_id, status = tool_messages(done)[-1]
+    assert (call_id, status) == ("call-2", "error")
+    assert "was not run" in content
+    assert count_effects(effects, "refund") == 1
+
+
+def test_a_key_conflict_is_a_message_to_the_model(store: Store, tmp_path: Path) -> None:
+    """With on_doubt="message", the conflict is an error tool message; the run goes on."""
+    effects = tmp_path / "e"
+    result = conflicting(store, effects, "message").invoke(USER, thread(), durability="sync")
+    content, call_id, status = tool_messages(result)[-1]
+    assert (call_id, status) == ("call-2", "error")
+    assert '"recorded_args_hash"' in content
+    assert count_effects(effects, "refund") == 1
+
+
 def test_on_doubt_message_tells_the_model(store: Store, tmp_path: Path) -> None:
     """With on_doubt="message", a doubt is an error tool message with the receipt."""
     effects = tmp_path / "e"

@@ -383,6 +383,25 @@ def test_a_value_that_does_not_fit_its_type_is_sent_as_text(store: Store) -> Non
     assert "structuredContent" not in result
 
 
+def test_a_key_recorded_for_other_arguments_is_an_error_result(
+    store: Store, tmp_path: Path
+) -> None:
+    """A key reused with other arguments: an error result with both digests; nothing runs."""
+    effects = tmp_path / "effects"
+    server = new_server()
+    add_tool(server, refunds(store, effects))
+    other = {**ARGS, "amount": 60}
+    first, second = calls(
+        server, ("send_refund", ARGS, keyed_by("k")), ("send_refund", other, keyed_by("k"))
+    )
+    [record] = store.records()
+    assert (first["isError"], second["isError"]) == (False, True)
+    conflict = second["structuredContent"]
+    assert (conflict["state"], conflict["key"]) == ("conflict", "k")
+    assert conflict["recorded_args_hash"] == record.args_hash != conflict["args_hash"]
+    assert count_effects(effects, "refund") == 1
+
+
 class Price(float):
     """A float subclass whose repr refuses."""
 

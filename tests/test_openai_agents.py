@@ -20,6 +20,7 @@ from agents.testing import ScriptedModel, assistant_message, function_call
 
 from safeact import (
     InDoubtError,
+    KeyConflictError,
     NoRunKeyError,
     Store,
     each_call,
@@ -28,7 +29,7 @@ from safeact import (
     safe,
     template,
 )
-from safeact.openai_agents import InDoubtStopError, function_tool
+from safeact.openai_agents import InDoubtStopError, KeyConflictStopError, function_tool
 from tests.actions import Receipt, count_effects, record_effect
 
 ARGS = {"to": "a@example.com", "amount": 50}
@@ -149,6 +150,36 @@ def test_a_result_it_cannot_store_reaches_the_model_and_a_retry_is_in_doubt(
     assert first == "nan"
     assert "result_not_stored" in str(second)
     assert count_effects(effects, "quote") == 1
+
+
+def test_a_key_recorded_for_other_arguments_is_a_tool_error(store: Store, tmp_path: Path) -> None:
+    """Under a template key, a call with other arguments tells the model; the run goes on."""
+    effects = tmp_path / "effects"
+    tool = function_tool(refunds(store, effects), key=template("refund:{to}"))
+    steps: list[Any] = [
+        [function_call("send_refund", ARGS, call_id="a")],
+        [function_call("send_refund", {**ARGS, "amount": 60}, call_id="b")],
+    ]
+    first, second = outputs(run(tool, ScriptedModel([*steps, [assistant_message("done")]])))
+    assert first == RESULT_JSON
+    assert "was not run" in str(second)
+    assert '"recorded_args_hash"' in str(second)
+    assert count_effects(effects, "refund") == 1
+
+
+def test_a_key_conflict_stops_the_run_when_asked_to(store: Store, tmp_path: Path) -> None:
+    """With on_doubt="stop", the conflict ends the run with its receipt; nothing more runs."""
+    effects = tmp_path / "effects"
+    tool = function_tool(refunds(store, effects), key=template("refund:{to}"), on_doubt="stop")
+    steps: list[Any] = [
+        [function_call("send_refund", ARGS, call_id="a")],
+        [function_call("send_refund", {**ARGS, "amount": 60}, call_id="b")],
+    ]
+    with pytest.raises(KeyConflictStopError) as stopped:
+        run(tool, ScriptedModel([*steps, [assistant_message("done")]]))
+    assert stopped.value.receipt["key"] == "refund:a@example.com"
+    assert isinstance(stopped.value.__cause__, KeyConflictError)
+    assert count_effects(effects, "refund") == 1
 
 
 def test_a_template_key_needs_no_run_scope(store: Store, tmp_path: Path) -> None:

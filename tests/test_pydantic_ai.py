@@ -34,6 +34,7 @@ from pydantic_ai.models.test import TestModel
 
 from safeact import (
     InDoubtError,
+    KeyConflictError,
     NoRunKeyError,
     SafeTool,
     Store,
@@ -207,6 +208,36 @@ def test_a_result_it_cannot_store_reaches_the_model_and_a_retry_is_in_doubt(
     assert first == "nan"
     assert "result_not_stored" in str(second)
     assert count_effects(effects, "quote") == 1
+
+
+def reasked(amount: int) -> FunctionModel:
+    """A model that asks for the refund, then for it again with ``amount``, then is done."""
+
+    def respond(messages: list[ModelMessage], _: AgentInfo) -> ModelResponse:
+        if len(messages) == 1:
+            return ModelResponse(parts=[ToolCallPart("send_refund", ARGS)])
+        if len(messages) == 3:
+            return ModelResponse(parts=[ToolCallPart("send_refund", {**ARGS, "amount": amount})])
+        return ModelResponse(parts=[TextPart("done")])
+
+    return FunctionModel(respond)
+
+
+@pytest.mark.parametrize("on_doubt", ["error", "stop"])
+def test_a_key_recorded_for_other_arguments_runs_nothing(
+    store: Store, tmp_path: Path, on_doubt: Literal["error", "stop"]
+) -> None:
+    """Under a template key, other arguments are a tool error, or end the run when asked to."""
+    effects = tmp_path / "effects"
+    tools = SafeTools(refunds(store, effects), key=template("refund:{to}"), on_doubt=on_doubt)
+    if on_doubt == "error":
+        first, second = run(tools, reasked(60))
+        assert first == ARGS
+        assert "was not run" in str(second)
+    else:
+        with pytest.raises(KeyConflictError):
+            run(tools, reasked(60))
+    assert count_effects(effects, "refund") == 1
 
 
 def test_pydantic_ais_test_model_calls_the_tool(store: Store, tmp_path: Path) -> None:
