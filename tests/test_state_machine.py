@@ -15,15 +15,17 @@ is finished (its process died, or it recorded its interruption) or by an operato
 So the action runs at most once per key, plus once per such release; two runs of one key
 never overlap unless an operator forced the first one out; a key settled as happened keeps
 its value, and an owner that completes afterwards is a late completion; a key whose result
-could not be stored is never released.
+could not be stored is never released. Calls come by explicit keys, and from a host program's
+run: a model that asks for the same call again and an MCP host that retries it must reach the
+first ask's key (``in_run``, ``key_for``), through doubts, crashes and restarts of the run.
 """
 
 import asyncio
 import threading
-from collections import Counter
+from collections import Counter, defaultdict
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import ClassVar, Concatenate, Literal, ParamSpec, TypeVar
 
 import attrs
@@ -53,13 +55,17 @@ from safeact import (
     State,
     StoreError,
     Succeeded,
+    ToolCall,
     Unknown,
     Verdict,
     Why,
     get_store,
+    in_run,
+    run_scope,
     safe,
 )
 from safeact._protocol import CALL_CHECKPOINTS, PROOF, UNSETTLED, Checkpoint, checkpoint_hook
+from safeact.mcp import key_for
 from tests.actions import Receipt, bury_attempt, bury_owners, expire_leases
 from tests.conftest import new_ledger, require
 
@@ -122,6 +128,8 @@ LEASE = 3600.0
 """So long that no heartbeat renews a lease during an example: only ``expire`` ends one."""
 PROBED = 300
 """The amount a probe answering "happened" reports."""
+RUN = "run-1"
+"""The host program's run key: a restart runs it again, under the same key."""
 DEADLINE = 10.0
 """Seconds a frozen owner may take to reach its action or to end once let go."""
 
@@ -220,9 +228,13 @@ class LedgerMachine(RuleBasedStateMachine):
         self.answer: Answer = "unknown"  # what the probed tool's probe says
         self.during: Callable[[str], None] | None = None  # runs inside the action, once
         self.broken: list[Exception] = []  # errors of `during`, which the tool would record
+        self.asked: defaultdict[tuple[str, int, bool], set[str]] = defaultdict(set)
+        self.run = ExitStack()  # the host's run_scope, entered anew by each process
         self.open()
 
     def open(self) -> None:
+        self.run.close()
+        self.run.enter_context(run_scope(RUN))
         self.store = get_store(self.location, lease=LEASE)
 
         def act(key: str, variant: int, fail: bool) -> Receipt:
@@ -250,6 +262,7 @@ class LedgerMachine(RuleBasedStateMachine):
 
         plain = safe(self.store, name="act", wait=0)
         probing = safe(self.store, name="act", wait=0, reconcile=probe)
+        self.digest = plain(act)._digest
         self.act: Callable[[str, int, bool], Outcome[Receipt]]
         self.probed: Callable[[str, int, bool], Outcome[Receipt]]
         if self.driver == "sync":
@@ -303,6 +316,7 @@ class LedgerMachine(RuleBasedStateMachine):
         try:
             self.kill_frozen()
         finally:
+            self.run.close()
             self.remove()
 
     # The model's steps, used by the rules and inside a frozen owner.
@@ -533,6 +547,35 @@ class LedgerMachine(RuleBasedStateMachine):
     @rule(key=KEYS, variant=VARIANTS, fail=st.booleans())
     def call(self, key: str, variant: int, fail: bool) -> None:
         self.call_once(key, variant, fail)
+
+    @rule(variant=VARIANTS, fail=st.booleans())
+    def model_asks_again(self, variant: int, fail: bool) -> None:
+        """The model asks for a call in the run (again: after a doubt, an error, a crash).
+
+        Its key is ``in_run``'s, as ``keyed`` makes it for each ask (a new tool-call id each
+        time): the same call in the same run must get the first ask's key.
+        """
+        arguments = {"variant": variant, "fail": fail}
+        call = ToolCall("act", arguments, self.digest("-", (variant, fail), {}))
+        key = in_run(call)
+        self.asked["model", variant, fail].add(key)
+        self.call_once(key, variant, fail)
+
+    @rule(variant=VARIANTS, fail=st.booleans())
+    def host_retries(self, variant: int, fail: bool) -> None:
+        """An MCP host sends a call in its run (again: a retry after a time-out, a restart).
+
+        Its key is ``safeact.mcp.key_for``'s: the same call in the same run must get the
+        first send's key.
+        """
+        key = key_for("act", {"variant": variant, "fail": fail})
+        self.asked["host", variant, fail].add(key)
+        self.call_once(key, variant, fail)
+
+    @invariant()
+    def the_same_call_in_the_run_has_one_key(self) -> None:
+        """However often a call is asked for or sent in the run, it has one key: one action."""
+        assert all(len(keys) == 1 for keys in self.asked.values())
 
     @precondition(lambda self: self.model)
     @rule(data=st.data())
