@@ -116,7 +116,10 @@ def test_dbos_example_recovers_in_doubt_and_pays_once(tmp_path: Path) -> None:
         check=True,
         timeout=180,
     )
-    key = "dbos:order-8842:1:bank.send_refund"
+    with get_store(tmp_path / "agent.db") as store:
+        [record] = store.records()
+    key = record.key
+    assert key == f"dbos:order-8842:bank.send_refund:{record.args_hash[:16]}"
     assert result.stdout.splitlines() == [
         f"  bank: paying $50 to ada@example.com (key {key})",
         "orchestrator: start exited with -9 (killed by SIGKILL)",
