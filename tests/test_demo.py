@@ -137,3 +137,29 @@ def test_dbos_example_recovers_in_doubt_and_pays_once(tmp_path: Path) -> None:
             Why.CRASHED,
             Why.RESOLVED,
         ]
+
+
+TEMPORAL_REFUND = DEMO.with_name("temporal_refund.py")
+
+
+def test_temporal_example_fails_in_doubt_then_a_rerun_pays_once() -> None:
+    """The worker killed after paying leaves a doubt; resolved, the re-run of the id pays once."""
+    result = subprocess.run(
+        [sys.executable, str(TEMPORAL_REFUND)],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=300,
+    )
+    lines = result.stdout.splitlines()
+    key = lines[0].rsplit("(key ", 1)[1].rstrip(")")
+    assert key.startswith("temporal:order-8842:bank.send_refund:")
+    assert lines == [
+        f"  bank: paying $50 to ada (key {key})",
+        "orchestrator: the first worker exited with -9 (killed by SIGKILL)",
+        "  workflow: failed, the refund is in doubt (crashed)",
+        f"  person: the bank has 1 payment(s) under {key}: it happened",
+        "  workflow: run again under order-8842: refunded $50 to ada",
+        "bank: 1 payment(s)",
+    ]
+    assert result.stderr == ""
