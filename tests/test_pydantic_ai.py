@@ -372,6 +372,41 @@ def test_a_durable_run_is_keyed_by_run_id_and_the_call(
     assert count_effects(effects, "refund") == 1
 
 
+def test_a_stopped_durable_run_finishes_after_resolve_paying_once(
+    dbos: None, store: Store, tmp_path: Path
+) -> None:
+    """on_doubt="stop" ends the workflow; resolved, a new workflow with the run's run_id replays.
+
+    The workflow passes ``run_id`` (its order) to ``agent.run``: a workflow started anew for
+    the order after the resolve (DBOS replays the recorded error under the old id) has the
+    same run id, so its refund has the same key and replays the resolved result.
+    """
+    del dbos
+    effects = tmp_path / "effects"
+    guarded = refunds(store, effects, ["interrupt-after"])
+    agent = Agent(
+        clerk(),
+        name="clerk",
+        capabilities=[DBOSDurability(), SafeTools(guarded, on_doubt="stop")],
+    )
+
+    @DBOS.workflow(name="refund_order")
+    async def refund_order(order: str) -> list[object]:
+        result = await agent.run("refund a@example.com 50", run_id=f"order-{order}")
+        return returns(result.all_messages())
+
+    key = f"pydantic-ai:order-42:refund:{guarded._digest('-', (), ARGS)[:16]}"
+    with pytest.raises(KeyboardInterrupt):  # the first run was cut off right after the refund
+        guarded(key, **ARGS)
+    with SetWorkflowID("wf-1"), pytest.raises(InDoubtError) as stopped:
+        asyncio.run(refund_order("42"))
+    assert stopped.value.key == key
+    store.resolve(key, happened=True, result=Receipt("a@example.com", 50))
+    with SetWorkflowID("wf-1-after-resolve"):
+        assert asyncio.run(refund_order("42")) == [ARGS]
+    assert count_effects(effects, "refund") == 1
+
+
 def test_durability_outside_its_workflow_is_not_durable(store: Store, tmp_path: Path) -> None:
     """DBOSDurability outside a workflow is a plain run: the call needs a run_scope.
 
