@@ -1,6 +1,7 @@
 """A process that runs a LangGraph graph with a guarded refund tool and prints where it ended.
 
 Usage: python tests/langgraph_child.py CHECKPOINTS LEDGER EFFECTS DURABILITY MODE [VERDICT]
+(or python -m tests.langgraph_child ..., from the project's folder)
 
 CHECKPOINTS is the SqliteSaver file, LEDGER the safeact ledger, EFFECTS the file the refund
 appends a line to (synced) each time it really runs. DURABILITY is LangGraph's ("sync",
@@ -41,6 +42,10 @@ from safeact.langgraph import safe_tool
 from tests.actions import Receipt, record_effect
 
 USER: Any = {"messages": [("user", "refund 50 to a@example.com")]}
+UNNAMED = "SAFEACT_CHILD_UNNAMED"
+"""Set: the tool takes its default name (module.qualname) instead of ``refund``."""
+DEPLOYED = "SAFEACT_CHILD_DEPLOYED"
+"""Set: the tool is the deployed version, with a parameter added with a default."""
 
 
 class SlowSaver(SqliteSaver):
@@ -92,7 +97,6 @@ def main() -> None:
     checkpoints, ledger, effects, durability_name, mode = sys.argv[1:6]
     durability: Durability = "sync" if durability_name == "sync" else "async"
 
-    @safe(ledger, name="refund")
     def refund(key: str, to: str, amount: int) -> Receipt:
         """Refund ``amount`` to ``to``."""
         record_effect(Path(effects), "refund")
@@ -100,11 +104,22 @@ def main() -> None:
             os.kill(os.getpid(), signal.SIGKILL)
         return Receipt(to, amount)
 
+    def refund_after_the_deploy(key: str, to: str, amount: int, memo: str = "") -> Receipt:
+        """Refund ``amount`` to ``to``, with a note for the bank."""
+        return refund(key, to, amount)
+
+    refund_after_the_deploy.__name__ = refund.__name__  # the same tool, as deployed later
+    refund_after_the_deploy.__qualname__ = refund.__qualname__
+    function = refund_after_the_deploy if os.environ.get(DEPLOYED) else refund
+    tool = (
+        safe(ledger)(function) if os.environ.get(UNNAMED) else safe(ledger, name="refund")(function)
+    )
+
     stuck = mode == "run" and durability == "async"
     saver = SlowSaver(sqlite3.connect(checkpoints, check_same_thread=False), stuck=stuck)
     graph = StateGraph(MessagesState)
     graph.add_node("agent", agent)
-    graph.add_node("tools", ToolNode([safe_tool(refund)]))
+    graph.add_node("tools", ToolNode([safe_tool(tool)]))
     graph.add_edge(START, "agent")
     graph.add_conditional_edges("agent", tools_condition)
     graph.add_edge("tools", "agent")

@@ -7,11 +7,12 @@ child process (tests/langgraph_child.py) right after the refund's side effect.
 
 import json
 import math
+import os
 import signal
 import sqlite3
 import subprocess
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,6 +37,7 @@ import safeact.langgraph
 from safeact import NoRunKeyError, Store, get_store, safe, template
 from safeact.langgraph import SafeMiddleware, safe_tool
 from tests.actions import Receipt, bury_attempt, count_effects, record_effect
+from tests.langgraph_child import DEPLOYED, UNNAMED
 
 CHILD = Path(__file__).with_name("langgraph_child.py")
 ARGS = {"to": "a@example.com", "amount": 50}
@@ -636,11 +638,25 @@ def test_import_safeact_does_not_import_langchain() -> None:
 
 
 def child(
-    tmp_path: Path, durability: str, mode: str, *verdict: str
+    tmp_path: Path,
+    durability: str,
+    mode: str,
+    *verdict: str,
+    how: Sequence[str] = (str(CHILD),),
+    env: Mapping[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
+    """Run tests/langgraph_child.py (``how``: as a script, or ``-m tests.langgraph_child``)."""
     files = [tmp_path / name for name in ("checkpoints.db", "ledger.db", "effects")]
-    command = [sys.executable, str(CHILD), *map(str, files), durability, mode, *verdict]
-    return subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
+    command = [sys.executable, *how, *map(str, files), durability, mode, *verdict]
+    return subprocess.run(
+        command,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=120,
+        cwd=CHILD.parent.parent,
+        env={**os.environ, **(env or {})},
+    )
 
 
 def printed(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
@@ -666,6 +682,30 @@ def test_sigkill_after_the_refund_then_resume_pauses(tmp_path: Path, durability:
     if durability == "async":  # the step was lost: the model asked again, under a new id
         assert call_ids(resumed) != []
         assert call_ids(resumed) != call_ids(killed)
+
+
+def test_killed_as_a_script_then_resumed_with_m_pauses(tmp_path: Path) -> None:
+    """A tool named by default, killed under ``python x.py``, resumed under ``-m``: one refund."""
+    unnamed = {UNNAMED: "1"}
+    killed = child(tmp_path, "sync", "run", env=unnamed)
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    resumed = child(tmp_path, "sync", "resume", how=("-m", "tests.langgraph_child"), env=unnamed)
+    [receipt] = printed(resumed)["pauses"]
+    assert receipt["reason"] == "crashed"
+    assert receipt["tool"] == "tests.langgraph_child.main.<locals>.refund"
+    assert count_effects(tmp_path / "effects", "refund") == 1
+
+
+def test_killed_then_resumed_after_a_deploy_that_adds_a_defaulted_parameter(
+    tmp_path: Path,
+) -> None:
+    """A deploy between the crash and the resume adds ``memo: str = ""``: same key, one refund."""
+    killed = child(tmp_path, "sync", "run")
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    resumed = child(tmp_path, "sync", "resume", env={DEPLOYED: "1"})
+    [receipt] = printed(resumed)["pauses"]
+    assert receipt["reason"] == "crashed"
+    assert count_effects(tmp_path / "effects", "refund") == 1
 
 
 def test_sigkill_then_resume_with_a_verdict_finishes(tmp_path: Path) -> None:
