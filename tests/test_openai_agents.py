@@ -131,6 +131,24 @@ def test_a_model_that_asks_again_after_a_doubt_is_told_again(store: Store, tmp_p
     assert count_effects(effects, "refund") == 1
 
 
+def test_a_doubt_resolved_then_the_run_again_with_its_run_id_pays_once(
+    store: Store, tmp_path: Path
+) -> None:
+    """The way to finish after a doubt: resolve the key, run again under the run id: it replays."""
+    effects = tmp_path / "effects"
+    guarded = refunds(store, effects, ["interrupt-after"])
+    plain: Callable[..., object] = keyed(guarded)
+    with run_scope("run-1"), pytest.raises(KeyboardInterrupt):  # cut off, as in a crash
+        plain(**ARGS)
+    tool = function_tool(guarded, on_doubt="stop")
+    with run_scope("run-1"), pytest.raises(InDoubtStopError) as stopped:
+        run(tool, script("call-1"))
+    store.resolve(stopped.value.doubt.key, happened=True, result=Receipt(**ARGS))
+    with run_scope("run-1"):
+        assert outputs(run(tool, script("call-2"))) == [RESULT_JSON]
+    assert count_effects(effects, "refund") == 1
+
+
 def test_a_result_it_cannot_store_reaches_the_model_and_a_retry_is_in_doubt(
     store: Store, tmp_path: Path
 ) -> None:
