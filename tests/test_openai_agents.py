@@ -143,7 +143,7 @@ def test_a_doubt_resolved_then_the_run_again_with_its_run_id_pays_once(
     tool = function_tool(guarded, on_doubt="stop")
     with run_scope("run-1"), pytest.raises(InDoubtStopError) as stopped:
         run(tool, script("call-1"))
-    store.resolve(stopped.value.doubt.key, happened=True, result=Receipt(**ARGS))
+    store.resolve(stopped.value.doubt.key, happened=True, result=Receipt("a@example.com", 50))
     with run_scope("run-1"):
         assert outputs(run(tool, script("call-2"))) == [RESULT_JSON]
     assert count_effects(effects, "refund") == 1
