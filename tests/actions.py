@@ -1,11 +1,12 @@
 """Tools shared by the tests and the subprocesses they start: effects are counted in a file."""
 
+import math
 import os
 from pathlib import Path
 
 import attrs
 
-from safeact import Store
+from safeact import SafeTool, Store, safe
 
 
 @attrs.frozen
@@ -22,6 +23,18 @@ def record_effect(effects: Path, key: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def unstorable_quotes(store: Store, effects: Path) -> SafeTool[[str], float]:
+    """A guarded quote whose result the ledger cannot store (``nan`` under ``-> float``)."""
+
+    @safe(store, name="quote")
+    def quote_fx(key: str, pair: str) -> float:
+        """Quote a currency pair."""
+        record_effect(effects, "quote")
+        return math.nan
+
+    return quote_fx
 
 
 def count_effects(effects: Path, key: str) -> int:

@@ -6,7 +6,6 @@ child process (tests/langgraph_child.py) right after the refund's side effect.
 """
 
 import json
-import math
 import os
 import signal
 import sqlite3
@@ -36,7 +35,7 @@ from langgraph.types import Command
 import safeact.langgraph
 from safeact import NoRunKeyError, Store, get_store, safe, template
 from safeact.langgraph import SafeMiddleware, safe_tool
-from tests.actions import Receipt, bury_attempt, count_effects, record_effect
+from tests.actions import Receipt, bury_attempt, count_effects, record_effect, unstorable_quotes
 from tests.langgraph_child import DEPLOYED, UNNAMED
 
 CHILD = Path(__file__).with_name("langgraph_child.py")
@@ -583,12 +582,7 @@ def test_a_result_it_cannot_store_reaches_the_model_and_the_repeat_is_in_doubt(
 ) -> None:
     """``nan`` under ``-> float``: the model gets "nan", nothing raises; asked again, a doubt."""
     effects = tmp_path / "e"
-
-    @safe(store, name="quote")
-    def quote_fx(key: str, pair: str) -> float:
-        """Quote a currency pair."""
-        record_effect(effects, "quote")
-        return math.nan
+    quote_fx = unstorable_quotes(store, effects)
 
     again = asks(("quote_fx", {"pair": "EURUSD"}, "call-2"))
     chat = model(asks(("quote_fx", {"pair": "EURUSD"}, "call-1")), again, AIMessage("done"))

@@ -6,7 +6,6 @@ says (tool calls, then a final message); no network.
 
 import asyncio
 import json
-import math
 import subprocess
 import sys
 from collections.abc import Callable
@@ -30,7 +29,7 @@ from safeact import (
     template,
 )
 from safeact.openai_agents import InDoubtStopError, KeyConflictStopError, function_tool
-from tests.actions import Receipt, count_effects, record_effect
+from tests.actions import Receipt, count_effects, record_effect, unstorable_quotes
 
 ARGS = {"to": "a@example.com", "amount": 50}
 RESULT_JSON = json.dumps(ARGS)
@@ -154,12 +153,7 @@ def test_a_result_it_cannot_store_reaches_the_model_and_a_retry_is_in_doubt(
 ) -> None:
     """``nan`` under ``-> float`` reaches the model as "nan"; its retry is told of a doubt."""
     effects = tmp_path / "effects"
-
-    @safe(store, name="quote")
-    def quote_fx(key: str, pair: str) -> float:
-        """Quote a currency pair."""
-        record_effect(effects, "quote")
-        return math.nan
+    quote_fx = unstorable_quotes(store, effects)
 
     steps: list[Any] = [[function_call("quote_fx", {"pair": "EURUSD"}, call_id=c)] for c in "ab"]
     model = ScriptedModel([*steps, [assistant_message("done")]])

@@ -9,7 +9,6 @@ effect, and a new process recovers the workflow.
 
 import asyncio
 import json
-import math
 import signal
 import subprocess
 import sys
@@ -46,7 +45,7 @@ from safeact import (
     template,
 )
 from safeact.pydantic_ai import SafeTools
-from tests.actions import Receipt, count_effects, record_effect
+from tests.actions import Receipt, count_effects, record_effect, unstorable_quotes
 
 CHILD = Path(__file__).with_name("pydantic_ai_child.py")
 ARGS = {"to": "a@example.com", "amount": 50}
@@ -191,12 +190,7 @@ def test_a_result_it_cannot_store_reaches_the_model_and_a_retry_is_in_doubt(
 ) -> None:
     """``nan`` under ``-> float`` reaches the model as "nan", nothing raises; a retry: doubt."""
     effects = tmp_path / "effects"
-
-    @safe(store, name="quote")
-    def quote_fx(key: str, pair: str) -> float:
-        """Quote a currency pair."""
-        record_effect(effects, "quote")
-        return math.nan
+    quote_fx = unstorable_quotes(store, effects)
 
     def twice(messages: list[ModelMessage], _: AgentInfo) -> ModelResponse:
         if len(messages) < 4:
