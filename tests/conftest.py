@@ -164,3 +164,13 @@ def require(backend: str) -> None:
     """Skip (fail, under CI) a test on ``backend`` when that backend's server is not there."""
     if backend == "postgres":
         postgres_or_skip()
+
+
+@pytest.fixture(scope="session")
+def temporal_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """The address of a Temporal dev server, started once for the run that asks for it."""
+    # Imported here: temporalio loads only in a run with a test that needs the server.
+    from tests.temporal_server import dev_server
+
+    with dev_server(tmp_path_factory.mktemp("temporal")) as address:
+        yield address

