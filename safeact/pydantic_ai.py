@@ -5,20 +5,25 @@ action runs at most once per key. The key comes from a key policy, by default
 ``in_agent_run``: the run, the tool and a digest of the arguments. In a durable run (the
 agent has a durability capability, such as ``DBOSDurability``, and runs inside its
 workflow) the run is the run's ``run_id``, which the engine derives from the workflow and
-keeps when it runs the workflow again; outside one, the run key the application sets around
-the run with ``safeact.run_scope(run_id)``, as ``safeact.in_run`` makes it. The same call
-in the same run is the same action: a model that asks again, with a new ``tool_call_id``
-(told of a doubt, say), gets the first call's outcome.
+keeps when it runs the workflow again; under ``TemporalDurability``, whose tools run in
+activities, it is the Temporal workflow id, as ``safeact.temporal.in_workflow`` keys an
+activity; outside any, the run key the application sets around the run with
+``safeact.run_scope(run_id)``, as ``safeact.in_run`` makes it. The same call in the same
+run is the same action: a model that asks again, with a new ``tool_call_id`` (told of a
+doubt, say), gets the first call's outcome.
 
-Importing this module imports pydantic-ai (about a second); ``import safeact`` does not.
-Install it with the ``safeact[pydantic-ai]`` extra.
+pydantic-ai's durable integrations name each toolset's activities or steps by its id:
+give ``SafeTools`` one (``SafeTools(send_refund, id="refunds")``).
+
+Importing this module imports pydantic-ai (about a second), not temporalio;
+``import safeact`` imports neither. Install it with the ``safeact[pydantic-ai]`` extra.
 
 Known limits of ``in_agent_run``, measured with pydantic-ai 2.68:
 
 * Durable runs are recognised by a durability capability of the run that says it is in its
-  durable context. Under ``TemporalDurability`` tools run in activities, outside the
-  workflow, so the call is not seen as durable: run it in ``safeact.run_scope`` or key it
-  with ``safeact.template``.
+  durable context, or, under ``TemporalDurability``, by the ``TemporalRunContext`` the tool
+  gets in its activity. A Temporal workflow id is one business run: the workflow acts once
+  per tool and arguments in all its runs (see ``in_workflow``).
 * A run acts once per tool and arguments. A tool meant to act again on an identical call
   is keyed with ``safeact.each_call`` (outside durable runs), or takes an argument that
   tells the calls apart.
@@ -29,6 +34,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import inspect
+import sys
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Literal, TypeAlias, cast
 
@@ -64,18 +70,27 @@ _context: contextvars.ContextVar[RunContext[Any]] = contextvars.ContextVar("safe
 def in_agent_run(call: ToolCall) -> str:
     """The key of ``call`` in the pydantic-ai run making it (``SafeTools``' default policy).
 
-    In a durable run: ``pydantic-ai:{run_id}:{tool}:{digest[:16]}``; the engine derives
-    ``run_id`` from the workflow, the same when it runs the workflow again after a crash.
-    Otherwise, inside ``safeact.run_scope(run_key)``: ``{run_key}:{tool}:{digest[:16]}``
-    (``safeact.in_run``). The call's ``tool_call_id`` is never used: it is new when the
-    model asks again. A non-durable run's own ``run_id`` is never used either: unless the
-    application passes it, it is new on every run.
+    In a Temporal activity (``TemporalDurability`` runs tools there, with a
+    ``TemporalRunContext``): ``temporal:{workflow_id}:{tool}:{digest[:16]}``, as
+    ``safeact.temporal.in_workflow`` keys an activity, the same on every attempt and every
+    run of the workflow id; pydantic-ai's ``run_id`` there holds the Temporal run id, new
+    when the workflow id runs again. In another durable run:
+    ``pydantic-ai:{run_id}:{tool}:{digest[:16]}``; the engine derives ``run_id`` from the
+    workflow, the same when it runs the workflow again after a crash. Otherwise, inside
+    ``safeact.run_scope(run_key)``: ``{run_key}:{tool}:{digest[:16]}`` (``safeact.in_run``).
+    The call's ``tool_call_id`` is never used: it is new when the model asks again. A
+    non-durable run's own ``run_id`` is never used either: unless the application passes
+    it, it is new on every run.
 
     Raises:
-        NoRunKeyError: the call is neither in a durable run nor in a ``run_scope``.
+        NoRunKeyError: the call is neither in a durable run nor in a ``run_scope``; or its
+            run context is a ``TemporalRunContext`` but it runs outside an activity of a
+            Temporal workflow.
 
     """
     ctx = _context.get(None)
+    if ctx is not None and _temporal(ctx):
+        return _in_temporal_activity(call)
     if ctx is not None and _durable(ctx):
         if ctx.run_id is None:
             raise NoRunKeyError(
@@ -94,6 +109,40 @@ def in_agent_run(call: ToolCall) -> str:
         ) from None
 
 
+def _temporal(ctx: RunContext[Any]) -> bool:
+    """Whether ``ctx`` is the run context pydantic-ai rebuilds in a Temporal activity.
+
+    Looked up in ``sys.modules``, never imported: a ``TemporalRunContext`` exists only once
+    pydantic-ai has imported its Temporal integration, and temporalio with it.
+    """
+    integration = sys.modules.get("pydantic_ai.durable_exec.temporal")
+    context_type = getattr(integration, "TemporalRunContext", None)
+    return isinstance(context_type, type) and isinstance(ctx, context_type)
+
+
+def _in_temporal_activity(call: ToolCall) -> str:
+    """The key of ``call`` in the Temporal workflow whose activity runs it (``in_workflow``).
+
+    Raises:
+        NoRunKeyError: the call runs outside an activity, or in one no workflow started.
+
+    """
+    # Imported here: temporalio is loaded already (a TemporalRunContext came from it), and
+    # only here; the key is safeact.temporal's, so both adapters key an activity alike.
+    from safeact.temporal import in_workflow  # noqa: PLC0415
+
+    try:
+        return in_workflow(call)
+    except NoRunKeyError:
+        raise NoRunKeyError(
+            f"{call.tool} was called with a TemporalRunContext outside a Temporal activity "
+            "started by a workflow, so it has no workflow id to be keyed by: run the agent "
+            "in a Temporal workflow (TemporalDurability runs its tools in activities), or "
+            "give SafeTools(..., key=...) a key policy (e.g. "
+            "safeact.template('refund:{order_id}'))"
+        ) from None
+
+
 def _durable(ctx: RunContext[Any]) -> bool:
     """Whether a durability capability of the run says the call is inside its workflow."""
     return any(
@@ -108,7 +157,11 @@ class SafeTools(AbstractCapability[Any]):
     The model sees each function's parameters without the key, its name and its docstring.
     ``key`` makes each call's key: by default ``in_agent_run``;
     ``safeact.template("refund:{order_id}")`` keys by business identity. Sync and async
-    tools both work.
+    tools both work. ``id`` is the toolset's id, which pydantic-ai's durable integrations
+    need to name its activities or steps (``TemporalDurability`` refuses a toolset without
+    one): ``SafeTools(send_refund, id="refunds")``, unique among the agent's toolsets and
+    capabilities, without a colon. It is the capability's ``id`` too, as for pydantic-ai's
+    own ``Capability``.
 
     What the model gets: the value (ran now or replayed) as JSON, as safeact stores it. A
     call whose action raised (now, or on an earlier run) gives a tool error saying so; the
@@ -137,14 +190,21 @@ class SafeTools(AbstractCapability[Any]):
     """
 
     def __init__(
-        self, *tools: _Guarded, key: KeyPolicy = in_agent_run, on_doubt: OnDoubt = "error"
+        self,
+        *tools: _Guarded,
+        key: KeyPolicy = in_agent_run,
+        on_doubt: OnDoubt = "error",
+        id: str | None = None,  # noqa: A002 - pydantic-ai's own name for a toolset's id
     ) -> None:
-        """Describe ``tools`` to pydantic-ai, each keyed by ``key``."""
+        """Describe ``tools`` to pydantic-ai, each keyed by ``key``, in the toolset ``id``."""
         if on_doubt not in ("error", "stop"):
             raise ValueError(f"on_doubt must be 'error' or 'stop', got {on_doubt!r}")
         if not tools:
             raise ValueError("SafeTools() needs at least one tool made with @safe(ledger)")
-        self._toolset: FunctionToolset[Any] = FunctionToolset()
+        # The capability's id names its toolset, as pydantic-ai's Capability does: its error
+        # for a toolset without one says to set the capability's id.
+        self.id = id
+        self._toolset: FunctionToolset[Any] = FunctionToolset(id=id)
         for tool in tools:
             body = _body(tool, key, on_doubt)
             if body.__name__ in self._toolset.tools:
