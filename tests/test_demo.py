@@ -91,14 +91,16 @@ def test_mcp_example_opens_one_ticket_per_key() -> None:
 AGENTS = DEMO.with_name("openai_agents_refund.py")
 
 
-def test_openai_agents_example_refunds_once_across_two_runs() -> None:
-    """The same run started twice, with a new tool call id, refunds once."""
+def test_openai_agents_example_stops_in_doubt_then_settles_paying_once() -> None:
+    """Killed after paying, the run stops in doubt; resolved, a run with a new call id replays."""
     result = subprocess.run(
         [sys.executable, str(AGENTS)], capture_output=True, text=True, check=True, timeout=120
     )
     assert result.stdout.splitlines() == [
-        "run with tool call call-1: done",
-        "run with tool call call-2: done",
+        "run with tool call call-1: killed (-9)",
+        "run with tool call call-2: stopped, in doubt",
+        "person: the bank has 1 payment(s) under the key: it happened",
+        "run with tool call call-3: done",
         "bank: 1 refund(s)",
     ]
     assert result.stderr == ""
