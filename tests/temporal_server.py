@@ -31,12 +31,11 @@ TRY = 5.0
 """Seconds one try to connect may take: a server that accepts and never answers is retried."""
 
 
-async def connected(address: str, server: subprocess.Popen[bytes], log: Path) -> Client:
+async def connected(address: str, server: subprocess.Popen[bytes]) -> Client:
     """A client of the server at ``address``, once it answers (connecting is the wait).
 
     Raises:
-        RuntimeError: the server exited, or did not answer within ``STARTUP`` seconds; the
-            message has the end of its log.
+        RuntimeError, TimeoutError: the server exited, or did not answer within ``STARTUP``.
 
     """
     deadline = time.monotonic() + STARTUP
@@ -45,11 +44,7 @@ async def connected(address: str, server: subprocess.Popen[bytes], log: Path) ->
             return await asyncio.wait_for(Client.connect(address), TRY)
         except (RuntimeError, TimeoutError):
             if server.poll() is not None or time.monotonic() > deadline:
-                said = log.read_text(errors="replace")[-2000:]
-                raise RuntimeError(
-                    f"the Temporal dev server at {address} did not answer (exit code "
-                    f"{server.poll()}); the end of its log:\n{said}"
-                ) from None
+                raise
             await asyncio.sleep(0.2)  # the next try, not a guess that it is ready
 
 
@@ -66,7 +61,14 @@ def dev_server(folder: Path) -> Iterator[str]:
         process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT)
     address = f"127.0.0.1:{port}"
     try:
-        asyncio.run(connected(address, process, log))
+        try:
+            asyncio.run(connected(address, process))
+        except (RuntimeError, TimeoutError) as exc:
+            said = log.read_text(errors="replace")[-2000:]
+            raise RuntimeError(
+                f"the Temporal dev server at {address} did not answer ({exc!r}, exit code "
+                f"{process.poll()}); the end of its log:\n{said}"
+            ) from exc
         yield address
     finally:
         process.terminate()
