@@ -222,15 +222,7 @@ def args_hash(
 
     """
     _, *parameters = signature.parameters.values()
-    defaults = _default_texts(parameters)
-    arguments = _bound(signature, args, kwargs)
-    return _digest(
-        [
-            f"{json.dumps(name)}:{text}"
-            for name in sorted(arguments)
-            if name not in ignore and (text := _text(name, arguments[name])) != defaults[name]
-        ]
-    )
+    return _hashed(_bound(signature, args, kwargs), ignore, _default_texts(parameters))
 
 
 def former_args_hash(
@@ -247,12 +239,18 @@ def former_args_hash(
         TypeError: as ``args_hash``.
 
     """
-    arguments = _bound(signature, args, kwargs)
+    return _hashed(_bound(signature, args, kwargs), ignore, {})
+
+
+def _hashed(
+    arguments: Mapping[str, object], ignore: frozenset[str], defaults: Mapping[str, str | None]
+) -> str:
+    """The digest of ``arguments``, less ``ignore`` and those whose text is in ``defaults``."""
     return _digest(
         [
-            f"{json.dumps(name)}:{_text(name, arguments[name])}"
+            f"{json.dumps(name)}:{text}"
             for name in sorted(arguments)
-            if name not in ignore
+            if name not in ignore and (text := _text(name, arguments[name])) != defaults.get(name)
         ]
     )
 
@@ -275,10 +273,9 @@ def _default_texts(parameters: list[inspect.Parameter]) -> dict[str, str | None]
     for parameter in parameters:
         default = _UNGIVEN.get(parameter.kind, parameter.default)
         texts[parameter.name] = None
+        # A default that cannot be hashed is never left out: passing it fails as it did.
         if default is not inspect.Parameter.empty:
-            with contextlib.suppress(
-                TypeError
-            ):  # a default that cannot be hashed is never left out
+            with contextlib.suppress(TypeError):
                 texts[parameter.name] = _text(parameter.name, default)
     return texts
 
