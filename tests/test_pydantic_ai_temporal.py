@@ -198,6 +198,40 @@ def test_the_workflow_run_again_under_its_id_replays(
     assert count_effects(effects, "refund") == 1
 
 
+def test_a_doubt_resolved_then_the_workflow_id_run_again_pays_once(
+    temporal_server: str,
+    ledger: Path,
+    tmp_path: Path,
+) -> None:
+    """The way to finish after a doubt: the model is told, the key resolved, the id run again."""
+    effects = tmp_path / "effects"
+    wid = workflow_id()
+    cut_off = [True]
+    with get_store(ledger) as store:
+
+        @safe(store, name="refund")
+        def send_refund(key: str, to: str, amount: int) -> str:
+            """Refund ``amount`` to ``to``."""
+            record_effect(effects, "refund")
+            if cut_off.pop():
+                raise KeyboardInterrupt  # as a worker stopped in the middle of the refund
+            return f"refunded {amount} to {to}"
+
+        key = f"temporal:{wid}:refund:{send_refund._digest('-', (), ARGS)[:16]}"
+        with pytest.raises(KeyboardInterrupt):  # an earlier run of the workflow id, cut off
+            send_refund(key, "a@example.com", 50)
+        tools = SafeTools(send_refund, id="refunds")
+        agent = Agent(clerk(1), name="clerk", capabilities=[TemporalDurability(), tools])
+        [(_, told)] = asyncio.run(run_workflow(temporal_server, agent, wid, 1))
+        store.resolve(key, happened=True, result="refunded 50 to a@example.com (checked)")
+        [(_, settled)] = asyncio.run(run_workflow(temporal_server, agent, wid, 1))
+    [doubt] = told
+    assert "Do not call send_refund again" in doubt
+    assert key in doubt
+    assert settled == ["refunded 50 to a@example.com (checked)"]
+    assert count_effects(effects, "refund") == 1
+
+
 def test_the_same_refund_asked_twice_in_the_run_refunds_once(
     temporal_server: str,
     ledger: Path,
