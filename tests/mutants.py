@@ -619,7 +619,9 @@ MUTANTS = [
     Mutant(
         "key an Agents SDK call by its tool_call_id, which a model asked again changes",
         [
-            Edit("safeact/openai_agents.py", "KeyPolicy, ", "KeyPolicy, run_scope, "),
+            Edit(
+                "safeact/openai_agents.py", "    KeyPolicy,\n", "    KeyPolicy,\n    run_scope,\n"
+            ),
             Edit("safeact/openai_agents.py", AGENTS_TOOL, AGENTS_BY_CALL_ID),
         ],
         ["tests/test_openai_agents.py"],
