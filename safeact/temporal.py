@@ -27,7 +27,7 @@ from urllib.parse import quote
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from safeact._keyed import KeyPolicy, NoRunKeyError, ToolCall, keyed
+from safeact._keyed import KeyPolicy, NoRunKeyError, ToolCall, keyed, receipt_of
 from safeact._protocol import DoubtReason
 from safeact._tool import AsyncSafeTool, SafeTool
 from safeact.exceptions import FailedCallError, InDoubtError, KeyConflictError
@@ -219,15 +219,7 @@ def _application_error(
 ) -> ApplicationError:
     """The ``ApplicationError`` that tells Temporal what happened, and whether to retry."""
     if isinstance(exc, InDoubtError):
-        receipt = {
-            "key": exc.key,
-            "tool": exc.tool,
-            "attempted_at": exc.attempted_at.isoformat(),
-            "args_hash": exc.args_hash,
-            "attempt_id": exc.attempt_id,
-            "reason": exc.reason.value,
-            "note": exc.note,
-        }
+        receipt = receipt_of(exc)
         if exc.reason is DoubtReason.IN_FLIGHT:
             return ApplicationError(
                 f"{exc.tool} is still running under the key {exc.key!r}, started by an "
