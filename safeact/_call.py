@@ -46,7 +46,6 @@ from safeact._protocol import (
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from safeact._owner import Owner
     from safeact._protocol import JSON
 
 __all__ = [
@@ -78,9 +77,9 @@ class Read:
 
 @attrs.frozen
 class Look:
-    """Answer with what is known of the unsettled attempt's ``owner``: a ``Sighting``."""
+    """Answer with what is known of the unsettled attempt ``record``'s owner: a ``Sighting``."""
 
-    owner: Owner
+    record: Record
 
 
 @attrs.frozen
@@ -243,7 +242,7 @@ def _decide(
     record = cast("Record | None", (yield Read(key)))
     seen = _SEEN_NOTHING
     if record is not None and record.state in UNSETTLED:
-        seen = cast("Sighting", (yield Look(record.owner)))
+        seen = cast("Sighting", (yield Look(record)))
     return next_step(
         record,
         tool,

@@ -54,7 +54,7 @@ class Executor(Protocol):
 COLUMNS = (
     "key, tool, state, args_hash, attempt_id, attempted_at, owner_host, owner_boot, owner_pid, "
     "owner_started, owner_machine, owner_pidns, lease_until, finished_at, result, error_type, "
-    "error_message, doubt_reason"
+    "error_message, doubt_reason, owner_group"
 )
 """The columns of ``calls`` that ``read_record`` reads, in its order."""
 
@@ -127,14 +127,14 @@ class Ledger:
         rows = self._read(f"SELECT {COLUMNS} FROM calls WHERE key = ?", (key,))  # noqa: S608 - constant columns
         return read_record(self.location, rows[0]) if rows else None
 
-    def _owner_gone(self, owner: Owner) -> bool:
-        """Whether ``owner`` provably no longer runs, as seen from this process: proof.
+    def _owner_gone(self, record: Record) -> bool:
+        """Whether the owner of ``record``'s attempt provably no longer runs, seen from here.
 
-        Only an owner on this host can be proven gone here (see ``Owner``); for an owner on
-        another host this is False, and proof comes from a process on that host, which
+        Only an owner of this machine can be proven gone here (see ``is_gone``); for an
+        owner elsewhere this is False, and proof comes from a process of its machine, which
         records it in the key's row when it looks at the key.
         """
-        return is_gone(owner, self.owner)
+        return is_gone(record.owner, self.owner, alive_until=record.lease_until)
 
     def _owner_lost(self, owner: Owner) -> bool:  # noqa: ARG002 - a backend may know more
         """Whether there is a sign that ``owner`` stopped: suspicion, never proof.

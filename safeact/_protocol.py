@@ -89,6 +89,7 @@ __all__ = [
     "abandonment",
     "amend_refusal",
     "as_seen",
+    "check_decision",
     "check_resolvable",
     "checkpoint",
     "checkpoint_hook",
@@ -230,7 +231,7 @@ def next_step(  # noqa: PLR0913 - the record, the call, and what the world says 
     args_hash: str,
     *,
     now: datetime,
-    owner_gone: Callable[[Owner], bool],
+    owner_gone: Callable[[Record], bool],
     owner_lost: Callable[[Owner], bool] = lambda _: False,
     former_hash: Callable[[], str] | None = None,
 ) -> Step:
@@ -283,7 +284,7 @@ def abandonment(
     record: Record,
     *,
     now: datetime,
-    owner_gone: Callable[[Owner], bool],
+    owner_gone: Callable[[Record], bool],
     owner_lost: Callable[[Owner], bool] = lambda _: False,
 ) -> DoubtReason | None:
     """Why ``record`` needs a decision, or ``None`` if it does not need one (yet).
@@ -301,8 +302,8 @@ def abandonment(
             reason = record.doubt_reason or DoubtReason.LEASE_EXPIRED
             if reason in (DoubtReason.CRASHED, DoubtReason.RESULT_NOT_STORED):
                 return reason
-            return DoubtReason.CRASHED if owner_gone(record.owner) else reason
-        case State.ATTEMPTING if owner_gone(record.owner):
+            return DoubtReason.CRASHED if owner_gone(record) else reason
+        case State.ATTEMPTING if owner_gone(record):
             return DoubtReason.CRASHED
         case State.ATTEMPTING if record.lease_until <= now:
             return DoubtReason.LEASE_EXPIRED
@@ -426,6 +427,24 @@ def check_resolvable(key: str, record: Record | None) -> Record:
             "only ATTEMPTING and IN_DOUBT keys need a decision"
         )
     return record
+
+
+def check_decision(*, happened: object, force: object) -> None:
+    """Refuse an operator's decision unless ``happened`` and ``force`` are real booleans.
+
+    Checked before anything is opened or changed: taken by truthiness, ``force="false"``
+    would force a release and ``happened="false"`` record a success nobody decided.
+
+    Raises:
+        TypeError: ``happened`` or ``force`` is not a ``bool``.
+
+    """
+    for name, value in (("happened", happened), ("force", force)):
+        if not isinstance(value, bool):
+            raise TypeError(
+                f"{name} must be True or False, not {value!r} ({type(value).__name__}): pass "
+                f"{name}=True or {name}=False; nothing was changed"
+            )
 
 
 def amend_refusal(key: str, record: Record | None, *, decided: bool) -> str | None:

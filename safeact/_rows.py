@@ -266,7 +266,7 @@ def read_record(ledger: str, row: tuple[object, ...]) -> Record:
 
     """
     key, tool, state, args_hash, attempt_id, attempted_at = row[:6]
-    lease_until, finished_at, result, error_type, error_message, doubt_reason = row[12:]
+    lease_until, finished_at, result, error_type, error_message, doubt_reason = row[12:18]
     try:  # what Reading does, without making one: every read of a key comes here
         return Record(
             key=text_of("key", key),
@@ -275,7 +275,7 @@ def read_record(ledger: str, row: tuple[object, ...]) -> Record:
             args_hash=text_of("args_hash", args_hash),
             attempt_id=text_of("attempt_id", attempt_id),
             attempted_at=_moment("attempted_at", attempted_at),
-            owner=_owner(row[6:12]),
+            owner=_owner((*row[6:12], row[18])),
             lease_until=_moment("lease_until", lease_until),
             finished_at=_optional_moment("finished_at", finished_at),
             result=None if result is None else _json("result", result),
@@ -290,8 +290,8 @@ def read_record(ledger: str, row: tuple[object, ...]) -> Record:
 
 
 def _owner(columns: tuple[object, ...]) -> Owner:
-    """Read the owner's columns of a ``calls`` row (host, boot, pid, started, machine, pidns)."""
-    host, boot, pid, started, machine, pidns = columns
+    """Read the owner's columns of a ``calls`` row (host to PID namespace, then group)."""
+    host, boot, pid, started, machine, pidns, group = columns
     # started may be any integer: 0 is "unknown", and tests bury owners with a negative one.
     return Owner(
         text_of("owner_host", host),
@@ -300,6 +300,7 @@ def _owner(columns: tuple[object, ...]) -> Owner:
         _integer("owner_started", started),
         text_of("owner_machine", machine),
         text_of("owner_pidns", pidns),
+        _integer("owner_group", group),
     )
 
 

@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from safeact._sqlite_file import check_one_name, real_name
 from safeact._tables import SCHEMA_VERSION, sqlite_ddl
 from safeact.exceptions import StoreError
 
@@ -61,6 +62,10 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE calls ADD COLUMN owner_machine TEXT NOT NULL DEFAULT ''",
         "ALTER TABLE calls ADD COLUMN owner_pidns TEXT NOT NULL DEFAULT ''",
     ),
+    # 3 -> 4: an owner's process group, so that the children its action started keep it
+    # alive, and safeact's own identity of its machine in owner_machine (a value, no DDL).
+    # Attempts from before have neither, and are never judged gone by their process.
+    3: ("ALTER TABLE calls ADD COLUMN owner_group INTEGER NOT NULL DEFAULT 0",),
 }
 
 
@@ -96,12 +101,14 @@ def migrate(path: Path) -> tuple[int, int]:
     rolled back, which leaves the ledger as it was, and its copy is removed.
 
     Raises:
-        StoreError: no file at ``path``, not a safeact ledger, or a newer schema; or the
-            copy or the upgrade failed, and the message says what to do.
+        StoreError: no file at ``path``, not a safeact ledger, or a newer schema; the file
+            has a second name (a hard link: see ``_sqlite_file``); or the copy or the
+            upgrade failed, and the message says what to do.
 
     """
     if not path.is_file():
         raise StoreError(f"{path}: no ledger at this path")
+    check_one_name(real_name(path))  # upgraded under a second name, no store would see it
     try:
         connection = sqlite3.connect(path, isolation_level=None, timeout=BUSY_TIMEOUT)
     except sqlite3.Error as exc:
@@ -252,9 +259,12 @@ def _upgrade(connection: sqlite3.Connection, version: int) -> None:
 
 @contextlib.contextmanager
 def _locked(connection: sqlite3.Connection) -> Iterator[None]:
-    """Run the block in one ``BEGIN IMMEDIATE`` transaction, rolled back if it raises."""
-    connection.execute("BEGIN IMMEDIATE")
+    """Run the block in one ``BEGIN IMMEDIATE`` transaction, rolled back if it raises.
+
+    An interrupt that lands as ``BEGIN`` returns is inside the ``try``: rolled back too.
+    """
     try:
+        connection.execute("BEGIN IMMEDIATE")
         yield
         connection.execute("COMMIT")
     finally:

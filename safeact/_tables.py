@@ -26,7 +26,7 @@ __all__ = [
     "sqlite_ddl",
 ]
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 """The version of the schema declared here. A change to ``TABLES`` bumps it and adds, for
 each database, the migration step from the version before."""
 
@@ -121,6 +121,8 @@ TABLES = (
             # Schema 3. Attempts from before have none: '' is "not known".
             Column("owner_machine", TEXT, default="''"),
             Column("owner_pidns", TEXT, default="''"),
+            # Schema 4. Attempts from before have none: 0 is "not known".
+            Column("owner_group", BIGINT, default="0"),
         ),
         key=("key",),
         indexes=(Index("calls_unsettled", ("attempted_at",), where=f"state IN ({UNSETTLED_SQL})"),),

@@ -60,13 +60,13 @@ from safeact._keys import (
     marks_key,
 )
 from safeact._outcome import Outcome, Succeeded, failed_from, in_doubt_from
-from safeact._owner import Owner
 from safeact._protocol import (
     JSON,
     NO_RESULT,
     DoubtReason,
     Record,
     State,
+    check_decision,
     owner_may_write,
     utc_now,
 )
@@ -385,11 +385,14 @@ class _Guard(Generic[T_co]):
         it is checked against the return type, so later calls replay exactly it.
 
         Raises:
-            TypeError: ``result`` does not fit the return type (nothing was changed).
+            TypeError: ``happened`` or ``force`` is not a ``bool``, or ``result`` does not
+                fit the return type (nothing was opened or changed).
             SafeError: the key belongs to another tool, or as ``Store.resolve`` says.
             NotProvenError, ValueError: as ``Store.resolve`` says.
 
         """
+        # Before the store: a tool given a location opens (or creates) its ledger there.
+        check_decision(happened=happened, force=force)
         return self.store._decide(  # noqa: SLF001 - the tool and its store are one
             key,
             happened=happened,
@@ -439,8 +442,8 @@ class _Guard(Generic[T_co]):
         match request:
             case Read(key):
                 return self.store._stored(key)  # noqa: SLF001 - the tool and its store are one
-            case Look(owner):
-                return self._look(owner)
+            case Look(record):
+                return self._look(record)
             case Claim():
                 return self._claim(request)
             case Mark():
@@ -452,8 +455,10 @@ class _Guard(Generic[T_co]):
             case Pause() | Act():
                 raise TypeError(f"{request!r} is the driver's to carry out, not the ledger's")
 
-    def _look(self, owner: Owner) -> Sighting:
-        return Sighting(gone=self.store._owner_gone(owner), lost=self.store._owner_lost(owner))
+    def _look(self, record: Record) -> Sighting:
+        return Sighting(
+            gone=self.store._owner_gone(record), lost=self.store._owner_lost(record.owner)
+        )
 
     def _claim(self, claim: Claim) -> Record | None:
         started = time.perf_counter()

@@ -34,6 +34,7 @@ from safeact._protocol import (
     Refusal,
     State,
     amend_refusal,
+    check_decision,
     check_resolvable,
     checkpoint,
     may_mark,
@@ -106,6 +107,7 @@ class KeyTransitions(Ledger):
             SafeError: the key is unknown, not in doubt, running under a live owner, not at
                 ``attempt_id`` any more, or (``happened=False``) known to have run because
                 its owner recorded that its outcome could not be stored (nothing changed).
+            TypeError: ``happened`` or ``force`` is not a ``bool`` (nothing was changed).
             ValueError: ``result`` is missing with ``happened=True``, given with
                 ``happened=False``, or cannot be stored.
 
@@ -138,6 +140,7 @@ class KeyTransitions(Ledger):
 
         ``tool``, if given, must be the key's tool.
         """
+        check_decision(happened=happened, force=force)
         if happened and force:
             raise ValueError("force=True goes with happened=False: happened=True needs no proof")
         if happened and result is NO_RESULT:
@@ -334,6 +337,7 @@ class KeyTransitions(Ledger):
             owner.machine_id,
             owner.pid_namespace,
             time_text(lease_until),
+            owner.group,
         )
         event = Event(
             subject=key,
@@ -352,8 +356,8 @@ class KeyTransitions(Ledger):
                     claimed = db.execute(
                         "INSERT INTO calls (key, tool, args_hash, state, attempt_id, "
                         "attempted_at, owner_host, owner_boot, owner_pid, owner_started, "
-                        "owner_machine, owner_pidns, lease_until, schema_version) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                        "owner_machine, owner_pidns, lease_until, owner_group, schema_version) "
+                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                         "ON CONFLICT (key) DO NOTHING",
                         (key, tool, args_hash, *attempt, SCHEMA_VERSION),
                     )
@@ -361,7 +365,7 @@ class KeyTransitions(Ledger):
                     claimed = db.execute(
                         "UPDATE calls SET state = ?, attempt_id = ?, attempted_at = ?, "
                         "owner_host = ?, owner_boot = ?, owner_pid = ?, owner_started = ?, "
-                        "owner_machine = ?, owner_pidns = ?, lease_until = ?, "
+                        "owner_machine = ?, owner_pidns = ?, lease_until = ?, owner_group = ?, "
                         "finished_at = NULL, result = NULL, error_type = NULL, "
                         "error_message = NULL, doubt_reason = NULL "
                         "WHERE key = ? AND state = ? AND attempt_id = ?",
@@ -467,7 +471,7 @@ class KeyTransitions(Ledger):
                 return True
             if not may_mark(current, reason):
                 return False
-            if reason is DoubtReason.CRASHED and not self._owner_gone(current.owner):
+            if reason is DoubtReason.CRASHED and not self._owner_gone(current):
                 return False
             event = attrs.evolve(event, from_state=current.state, attempt_id=attempt_id)
             record_event(db, "key", event)

@@ -48,10 +48,14 @@ def bury_owners(store: Store) -> None:
     """Make every running attempt's owner look dead, as after its process was killed.
 
     In-process crash simulations cannot kill the test process; this gives the records the
-    start time of another process, which is what a reused process id looks like.
+    start time of another process, which is what a reused process id looks like, and a
+    process group that has no process left, as the group of a killed job.
     """
     with store._transaction(sync=False) as db:
-        db.execute("UPDATE calls SET owner_started = -2 WHERE state = 'attempting'")
+        db.execute(
+            "UPDATE calls SET owner_started = -2, owner_group = ? WHERE state = 'attempting'",
+            (NO_GROUP,),
+        )
 
 
 def expire_leases(store: Store) -> None:
@@ -70,4 +74,11 @@ def bury_attempt(store: Store, attempt_id: str) -> None:
     lease ran out) before its process died.
     """
     with store._transaction(sync=False) as db:
-        db.execute("UPDATE calls SET owner_started = -2 WHERE attempt_id = ?", (attempt_id,))
+        db.execute(
+            "UPDATE calls SET owner_started = -2, owner_group = ? WHERE attempt_id = ?",
+            (NO_GROUP, attempt_id),
+        )
+
+
+NO_GROUP = 2**31 - 1
+"""A process group id that names no group: above any process id Linux gives (2**22 at most)."""

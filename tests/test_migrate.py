@@ -25,6 +25,19 @@ V2 = Path(__file__).with_name("data") / "ledger-v2.db"
 paid-2 (succeeded, 5), declined-2 (failed), doubt-2 (in doubt, interrupted) and running-2
 (attempting; its process has long exited), all of tool tests.charge, with their history."""
 V2_OWNER = Owner("ledger-v2-host", "5a6463b3-ad0f-4727-9947-bbced0800950", 25926, 110924)
+V3 = Path(__file__).with_name("data") / "ledger-v3.db"
+"""A ledger written at schema 3 (commit fd6c73b) by a process of host ledger-v3-host: keys
+paid-3 (succeeded, 5), declined-3 (failed), doubt-3 (in doubt, interrupted) and running-3
+(attempting; its process has long exited), all of tool tests.charge."""
+V3_OWNER = Owner(
+    "ledger-v3-host",
+    "18cdbfc1-8091-45f2-bfc8-d9652138c86e",
+    4731,
+    112920,
+    machine_id="3d1219c7c4c5404aaa1f6d2a48adfda4",
+    pid_namespace="4026531836",
+)
+"""Who wrote every key of V3: systemd's machine id, no process group (schema 3 had none)."""
 """Who wrote every key of V2: no machine id or PID namespace (schema 2 had none)."""
 
 
@@ -218,8 +231,35 @@ def test_migrating_a_schema_2_ledger_keeps_its_keys_and_history(v2_ledger: Path)
         assert records["doubt-2"].doubt_reason is DoubtReason.INTERRUPTED
         assert {record.owner for record in records.values()} == {V2_OWNER}
         assert [e.why for e in store.history("paid-2")] == [Why.CLAIMED, Why.RAN]
-        # An owner without a machine id is judged as before: by host name, boot and process.
-        assert store._owner_gone(records["running-2"].owner)
+        # An owner of an older schema recorded no process group (nor safeact's identity of
+        # its machine): its process proves nothing, a probe or an operator decides.
+        assert not store._owner_gone(records["running-2"])
+
+
+def test_migrating_a_schema_3_ledger_keeps_its_keys_and_judges_no_owner_by_its_process(
+    tmp_path: Path,
+) -> None:
+    """After migrate, every key is as it was, and an owner of schema 3 is not judged gone."""
+    copy = tmp_path / "v3.db"
+    shutil.copyfile(V3, copy)
+    with pytest.raises(StoreError, match=r"schema version 3, older .* `safeact migrate "):
+        get_store(copy)
+    assert migrate(copy) == (3, SCHEMA_VERSION)
+    with get_store(copy, host="ledger-v3-host") as store:
+        records = {r.key: store._stored(r.key) or r for r in store.records()}
+        assert {key: record.state for key, record in records.items()} == {
+            "declined-3": State.FAILED,
+            "doubt-3": State.IN_DOUBT,
+            "paid-3": State.SUCCEEDED,
+            "running-3": State.ATTEMPTING,
+        }
+        assert {record.owner for record in records.values()} == {V3_OWNER}
+        # Its owner is judged by nothing it recorded: another boot under systemd's machine
+        # id is no proof of a reboot (tests/test_owner.py has each rule on its own).
+        assert not store._owner_gone(records["running-3"])
+        seen = store.get("running-3")
+        assert seen is not None
+        assert seen.doubt_reason is DoubtReason.LEASE_EXPIRED  # suspicion, not CRASHED
 
 
 def test_a_claim_records_its_owners_machine_and_pid_namespace(ledger: Path) -> None:

@@ -360,7 +360,7 @@ def test_hosts_see_a_killed_host_lost_through_postgres_and_run_every_key_once(
     assert record.owner.host == "host-a"
     # Not the lease: it still had minutes to run. Not /proc: host-a is another host to all.
     assert record.lease_until > utc_now() + timedelta(seconds=LONG_LEASE / 2)
-    assert not is_gone(record.owner, this_process("host-b"))
+    assert not is_gone(record.owner, this_process("host-b"), alive_until=record.lease_until)
     assert history[-1].to_state is State.IN_DOUBT
     assert history[-1].host in {"host-b", "host-c", "host-d"}
 

@@ -27,13 +27,15 @@ from safeact import (
 )
 from safeact._cli import main
 from safeact._protocol import Refusal
-from tests.actions import expire_leases
+from tests.actions import NO_GROUP, expire_leases
 
 
 def bury(store: Store, key: str) -> None:
     """Make ``key``'s owner look dead, as after its process was killed (a reused pid)."""
     with store._transaction(sync=False) as db:
-        db.execute("UPDATE calls SET owner_started = -2 WHERE key = ?", (key,))
+        db.execute(
+            "UPDATE calls SET owner_started = -2, owner_group = ? WHERE key = ?", (NO_GROUP, key)
+        )
 
 
 def suspect(store: Store, key: str = "k") -> str:

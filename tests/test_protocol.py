@@ -39,7 +39,7 @@ ATTEMPTING = Record(
 )
 
 
-def alive(owner: Owner) -> bool:
+def alive(record: Record) -> bool:
     return False
 
 
@@ -117,7 +117,7 @@ RECORDS = st.builds(
 )
 
 
-def gone(owner: Owner) -> bool:
+def gone(record: Record) -> bool:
     return True
 
 

@@ -24,6 +24,7 @@ from safeact import (
     Verdict,
     safe,
 )
+from tests.actions import NO_GROUP
 
 NAN = float("nan")
 
@@ -275,7 +276,9 @@ def test_rollback_rerun_never_runs_an_in_doubt_step(store: Store) -> None:
         run()  # the probe cannot tell: the saga rolls back, the step stays in doubt
     assert (saga_state(store), asked) == (SagaState.ROLLBACK_INCOMPLETE, [BOOK])
     with store._transaction(sync=False) as db:  # its owner is provably gone: proof
-        db.execute("UPDATE calls SET owner_started = -2 WHERE key = ?", (BOOK,))
+        db.execute(
+            "UPDATE calls SET owner_started = -2, owner_group = ? WHERE key = ?", (NO_GROUP, BOOK)
+        )
     with pytest.raises(SagaFailed) as caught:
         run()
     assert caught.value.unresolved == (BOOK,)

@@ -21,9 +21,9 @@ from safeact._schema import _MIGRATIONS, migrate
 from safeact._tables import SCHEMA_VERSION
 
 DATA = Path(__file__).with_name("data")
-SQLITE_LEDGERS = {1: DATA / "ledger-v1.db", 2: DATA / "ledger-v2.db"}
+SQLITE_LEDGERS = {1: DATA / "ledger-v1.db", 2: DATA / "ledger-v2.db", 3: DATA / "ledger-v3.db"}
 """A ledger file of each older version, as its safeact wrote it (see tests/test_migrate.py)."""
-POSTGRES_DUMPS = {2: DATA / "postgres-v2.sql"}
+POSTGRES_DUMPS = {2: DATA / "postgres-v2.sql", 3: DATA / "postgres-v3.sql"}
 """What a safeact of each older PostgreSQL schema version created (PostgreSQL began at 2)."""
 POSTGRES_V2 = POSTGRES_DUMPS[2]
 """What a safeact of schema 2, the first on PostgreSQL, created in an empty schema."""
@@ -256,8 +256,9 @@ def test_a_sqlite_ledger_migrated_from_each_older_version_has_the_schema_of_a_ne
     assert sqlite_schema(ledger) == sqlite_schema(old)
 
 
-def test_a_postgres_ledger_migrated_from_schema_2_has_the_schema_of_a_new_one(
-    empty_postgres: str, postgres_ledger: str
+@pytest.mark.parametrize("version", sorted(POSTGRES_DUMPS))
+def test_a_postgres_ledger_migrated_from_each_older_version_has_the_schema_of_a_new_one(
+    version: int, empty_postgres: str, postgres_ledger: str
 ) -> None:
     """Migrated and new PostgreSQL ledgers have the same columns, constraints, indexes, triggers."""
     import psycopg
@@ -265,8 +266,8 @@ def test_a_postgres_ledger_migrated_from_schema_2_has_the_schema_of_a_new_one(
     from safeact._postgres import migrate_postgres
 
     with psycopg.connect(empty_postgres) as connection:
-        connection.execute(POSTGRES_V2.read_text())
-    assert migrate_postgres(empty_postgres) == (2, SCHEMA_VERSION)
+        connection.execute(POSTGRES_DUMPS[version].read_text())
+    assert migrate_postgres(empty_postgres) == (version, SCHEMA_VERSION)
     assert postgres_schema(postgres_ledger) == postgres_schema(empty_postgres)
 
 

@@ -980,7 +980,10 @@ except safeact.SagaFailed:
     pass
 store._claim("k-3", "plain", plain._digest("k-3", (), {}), attempt_id="a", previous=None)
 with store._transaction(sync=False) as db:
-    db.execute("UPDATE calls SET owner_started = -2 WHERE state = 'attempting'")
+    db.execute(  # another start and an empty group: a killed owner's
+        "UPDATE calls SET owner_started = -2, owner_group = 2147483647 "
+        "WHERE state = 'attempting'"
+    )
 assert isinstance(plain("k-3"), safeact.InDoubt)  # a WARNING: no handler prints it
 store.reconcile({"plain": lambda key, receipt: Happened(1)})
 
