@@ -51,7 +51,7 @@ SETTLE_RECHECK = (
     "            reason = self._abandonment(current, utc_now())\n            if reason is None:\n"
 )
 CRASH_PROOF = (
-    "            if reason is DoubtReason.CRASHED and not self._owner_gone(current.owner):\n"
+    "            if reason is DoubtReason.CRASHED and not self._owner_gone(current):\n"
     "                return False\n"
 )
 DBOS_KEY = "return f\"dbos:{quote(workflow_id, safe='')}:{call.tool}:{call.digest[:16]}\""
@@ -434,11 +434,23 @@ MUTANTS = [
         [
             Edit(
                 "safeact/_postgres.py",
-                "return self._keep(dsn, lock, wait=False)",
+                "return self._keep(dsn, database, lock, wait=False)",
                 "return False",
             )
         ],
         ["tests/test_postgres_liveness.py"],
+        "",
+    ),
+    Mutant(
+        "postgres: gone while the liveness lock is held",
+        [
+            Edit(
+                "safeact/_postgres.py",
+                "return super()._owner_gone(record) and self._owner_lost(record.owner)",
+                "return super()._owner_gone(record)",
+            )
+        ],
+        ["tests/test_postgres_proof.py"],
         "",
     ),
     Mutant(
@@ -663,6 +675,54 @@ MUTANTS = [
         "leave a key whose outcome could not be written looking busy",
         [Edit("safeact/_tool.py", "            self._unrecorded(record, state, exc)\n", "")],
         ["tests/test_recorded.py", "tests/test_state_machine.py"],
+    ),
+    Mutant(
+        "judge a reboot from the boot id alone",
+        [
+            Edit(
+                "safeact/_owner.py",
+                "        return (\n"
+                "            owner.machine_id.startswith(_IDENTITY_PREFIX)\n"
+                "            and owner.machine_id == here.machine_id\n"
+                "            and _booted_after(alive_until)\n"
+                "        )\n",
+                "        return True\n",
+            )
+        ],
+        ["tests/test_owner.py", "tests/test_proof_across.py"],
+    ),
+    Mutant(
+        "take an owner for gone while a child its action started runs",
+        [
+            Edit(
+                "safeact/_owner.py",
+                "    return ended and not _group_runs(owner, here)\n",
+                "    return ended\n",
+            )
+        ],
+        ["tests/test_owner.py", "tests/test_proof_across.py"],
+    ),
+    Mutant(
+        "take a zombie leader whose other threads run for gone",
+        [
+            Edit(
+                "safeact/_owner.py",
+                '    if fields[0] in {"Z", "X"} and not _threads_run(pid):\n',
+                '    if fields[0] in {"Z", "X"}:\n',
+            )
+        ],
+        ["tests/test_owner.py", "tests/test_proof_across.py"],
+    ),
+    Mutant(
+        "read start times as a time namespace shifts them",
+        [
+            Edit(
+                "safeact/_owner.py",
+                "    return ticks - _boottime_offset()[1]\n",
+                "    return ticks\n",
+            )
+        ],
+        ["tests/test_owner.py", "tests/test_proof_across.py"],
     ),
     Mutant(
         "act without renewing the lease",

@@ -16,6 +16,14 @@ Where the action waits before its effect, so that the test can freeze it or look
             (HOW=exit) or by raising (HOW=raise); the parent waits for it to end, prints
             "forked" and waits for a line on stdin.
 
+--through-child FIFO
+            the effect is made by a child process the action starts and waits for: a shell
+            that waits until FIFO is opened for writing and closed, then appends the line;
+            prints "spawned PID" (the shell's) once it runs.
+--pthread-exit
+            calls the tool in a thread; the main thread then ends with pthread_exit (the
+            process shows as a zombie while that thread runs on).
+
 --unstorable calls a tool annotated ``-> int`` that returns a str (its result cannot be
 stored); --armed prints "armed" once the store is open and waits for a line on stdin before
 calling, so that the call starts at the moment the test chooses. --lease, --heartbeat,
@@ -23,9 +31,12 @@ calling, so that the call starts at the moment the test chooses. --lease, --hear
 """
 
 import argparse
+import ctypes
 import json
 import os
+import subprocess
 import sys
+import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -48,7 +59,7 @@ from safeact import (
 from tests.actions import Receipt, count_effects, record_effect
 
 
-def main() -> None:
+def arguments() -> argparse.Namespace:
     parser = argparse.ArgumentParser()
     parser.add_argument("ledger")
     parser.add_argument("effects", type=Path)
@@ -61,10 +72,15 @@ def main() -> None:
     parser.add_argument("--pause", action="store_true")
     parser.add_argument("--hog", type=float, default=0.0)
     parser.add_argument("--fork", choices=["exit", "raise"])
+    parser.add_argument("--through-child", type=Path)
+    parser.add_argument("--pthread-exit", action="store_true")
     parser.add_argument("--unstorable", action="store_true")
     parser.add_argument("--armed", action="store_true")
-    options = parser.parse_args()
+    return parser.parse_args()
 
+
+def main() -> None:
+    options = arguments()
     store = get_store(
         options.ledger, lease=options.lease, heartbeat=options.heartbeat, host=options.host
     )
@@ -82,7 +98,7 @@ def main() -> None:
             hog()
         if options.fork is not None:
             forked(options.fork)
-        record_effect(effects, key)
+        effect(options.through_child, effects, key)
         return Receipt(to, amount)
 
     @safe(store, name="tests.count")
@@ -93,6 +109,9 @@ def main() -> None:
     if options.armed:
         print("armed", flush=True)
         sys.stdin.readline()
+    if options.pthread_exit:
+        assert store.owner.started > 0  # known, as to a process that claimed before it ended
+        in_a_thread_then_end_main(lambda: charge(options.key, "a@example.com", 50))
     first_pid = os.getpid()
     if options.unstorable:
         outcome: Outcome[object] = count(options.key)
@@ -101,6 +120,33 @@ def main() -> None:
     if os.getpid() != first_pid:
         os._exit(0)  # a forked child that came back out of the tool ends here, silently
     print(json.dumps(describe(outcome)), flush=True)
+
+
+def in_a_thread_then_end_main(call: Callable[[], Outcome[Receipt]]) -> None:
+    """Call in a thread and print its outcome; end the main thread with pthread_exit.
+
+    Without a main thread to finish the interpreter, the thread ends the process itself (the
+    heartbeat, a daemon thread, would keep it running).
+    """
+
+    def act() -> None:
+        print(json.dumps(describe(call())), flush=True)
+        os._exit(0)
+
+    threading.Thread(target=act).start()
+    ctypes.CDLL(None).pthread_exit(None)  # the GIL is let go for the call: it never returns
+
+
+def effect(fifo: Path | None, effects: Path, key: str) -> None:
+    """Make the effect here, or (``fifo``) in a child shell that waits for it to be written."""
+    if fifo is None:
+        record_effect(effects, key)
+        return
+    shell = subprocess.Popen(
+        ["sh", "-c", 'cat "$0" > /dev/null && echo "$1" >> "$2"', fifo, key, effects]
+    )
+    print(f"spawned {shell.pid}", flush=True)
+    shell.wait()
 
 
 def forked(how: str) -> None:

@@ -16,10 +16,10 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO
+from typing import IO, Self
 
 import pytest
 
@@ -37,9 +37,16 @@ DEADLINE = 10.0
 class Child:
     """A running tests/release_child.py: its stdout lines as they come, its stdin to go on."""
 
-    def __init__(self, ledger: str, effects: Path, stderr: IO[str], *options: str) -> None:
+    def __init__(
+        self,
+        ledger: str,
+        effects: Path,
+        stderr: IO[str],
+        *options: str,
+        prefix: Sequence[str] = (),
+    ) -> None:
         self.process = subprocess.Popen(
-            [sys.executable, str(CHILD), ledger, str(effects), KEY, *options],
+            [*prefix, sys.executable, str(CHILD), ledger, str(effects), KEY, *options],
             stdin=subprocess.PIPE,
             stdout=subprocess.PIPE,
             stderr=stderr,
@@ -62,11 +69,15 @@ class Child:
 
     def expect(self, line: str) -> None:
         """Wait (boundedly) for the child to print ``line`` next."""
-        try:
-            got = self._lines.get(timeout=DEADLINE)
-        except queue.Empty:
-            got = "<nothing>"
+        got = self.next_line()
         assert got == line, f"expected {line!r}, got {got!r}; stderr: {self.stderr()}"
+
+    def next_line(self) -> str:
+        """Wait (boundedly) for the next line the child prints."""
+        try:
+            return self._lines.get(timeout=DEADLINE) or "<the end>"
+        except queue.Empty:
+            return "<nothing>"
 
     def go(self) -> None:
         """Let the child go on past its pause."""
@@ -124,9 +135,10 @@ class Children:
         self._directory = directory
         self.started: list[Child] = []
 
-    def start(self, ledger: str, effects: Path, *options: str) -> Child:
+    def start(self, ledger: str, effects: Path, *options: str, prefix: Sequence[str] = ()) -> Child:
+        """Start a child; ``prefix`` is a command that runs it (in namespaces of its own)."""
         stderr = (self._directory / f"child-{len(self.started)}.err").open("w+")
-        child = Child(ledger, effects, stderr, *options)
+        child = Child(ledger, effects, stderr, *options, prefix=prefix)
         self.started.append(child)
         return child
 
@@ -134,15 +146,18 @@ class Children:
         """Run a child to its end; return its outcome."""
         return self.start(ledger, effects, *options).outcome()
 
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        for child in self.started:
+            child.end()
+
 
 @pytest.fixture
 def children(tmp_path: Path) -> Iterator[Children]:
-    started = Children(tmp_path)
-    try:
+    with Children(tmp_path) as started:
         yield started
-    finally:
-        for child in started.started:
-            child.end()
 
 
 def until(condition: object, what: str) -> None:
