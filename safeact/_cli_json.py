@@ -32,8 +32,8 @@ __all__ = [
 
 _RECORD = (
     "{key, tool, state, doubt_reason, args_hash, attempt_id, attempted_at, finished_at, "
-    "lease_until, owner: {host, boot_id, pid, started, machine_id, pid_namespace}, result, "
-    "error_type, error_message}"
+    "lease_until, owner: {host, boot_id, pid, started, machine_id, pid_namespace, group}, "
+    "result, error_type, error_message}"
 )
 _CORRUPT = "{key, corrupt: WHAT_IS_WRONG, column}"
 _EVENT = "{subject, at, why, by, host, pid, from_state, to_state, attempt_id, note}"

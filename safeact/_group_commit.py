@@ -57,10 +57,13 @@ class GroupCommit:
                 self._committed += 1
                 mine = self._committed
                 if self._syncer is None:
-                    self._syncer = threading.Thread(
+                    # Kept only once started: a syncer kept but never started (a Ctrl-C in
+                    # start()) would leave this commit and every later one waiting for ever.
+                    syncer = threading.Thread(
                         target=self._sync, name="safeact-group-commit", daemon=True
                     )
-                    self._syncer.start()
+                    syncer.start()
+                    self._syncer = syncer
                 self._done.notify_all()
                 while self._synced < mine and self._failure is None:
                     self._done.wait()
@@ -88,6 +91,8 @@ class GroupCommit:
                 return
             took = time.perf_counter() - started
             with self._done:
-                self._synced = last
+                # Never backwards: a Ctrl-C in start() after its thread ran makes the next
+                # commit start a second syncer, and either may finish first.
+                self._synced = max(self._synced, last)
                 self._done.notify_all()
             telemetry.fsynced(took)  # after the waiters are released, and it never raises

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from safeact._group_commit import GroupCommit
 from safeact._ledger import LEASE
 from safeact._schema import BUSY_TIMEOUT, check_usable, prepare
+from safeact._sqlite_file import FileId, check_one_name, check_still_one_name, real_name
 from safeact._store import Store
 from safeact.exceptions import StoreError
 
@@ -21,6 +22,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from safeact._ledger import Executor
+    from safeact._protocol import Record
 
 __all__ = ["SqliteStore"]
 
@@ -35,6 +37,10 @@ _KINDS = (
     (stat.S_ISFIFO, "a FIFO"),
     (stat.S_ISSOCK, "a socket"),
 )
+
+
+_OPEN: weakref.WeakValueDictionary[int, SqliteStore] = weakref.WeakValueDictionary()
+"""The stores this process opened, by ``id``: one file open here under two names is refused."""
 
 
 def _check_regular_file(path: str | os.PathLike[str]) -> None:
@@ -72,7 +78,10 @@ class SqliteStore(Store):
         StoreError: the path names something other than a regular file (a directory, a
             device, a FIFO), or the file cannot be created or opened, is not a SQLite
             database, is corrupt, is some other program's database, or was written by
-            another schema version of safeact. The file is left as it was.
+            another schema version of safeact. The file is left as it was. Or the file has
+            a second name (a hard link; a symbolic link is fine), its WAL or index is not a
+            plain file of its own, or this process has it open under another name: the
+            ledger is its file, and another name would have another WAL (``_sqlite_file``).
         ValueError: the lease is not positive, or the heartbeat not shorter than the lease.
 
     """
@@ -99,12 +108,16 @@ class SqliteStore(Store):
         self._writing = threading.RLock()
         _check_regular_file(path)
         self._create_file()
+        # Every connection opens the file by its real path, as resolved now, and SQLite names
+        # the WAL after it (a later chdir, or a symlink given as the path, moves neither).
+        self._name = real_name(self._file)
+        self._wal = f"{self._name}-wal"
+        self._id = check_one_name(self._name)  # before anything opens it: see _sqlite_file
+        self._check_only_name_here()
         check_usable(self._path)  # before any writable connection: see check_usable
-        # The WAL is named after the file SQLite opened: its absolute path, as resolved then
-        # (a later chdir, or a symlink given as the path, must not point the fsync elsewhere).
         with self._errors():
-            opened = self._connection().execute("PRAGMA database_list").fetchone()[2]
-        self._wal = f"{opened}-wal"
+            self._connection()
+        _OPEN[id(self)] = self
 
     @property
     def path(self) -> Path:
@@ -129,12 +142,17 @@ class SqliteStore(Store):
         # The threads of this process queue here for SQLite's write lock: one that waits in
         # SQLite's busy handler sleeps 1 ms, then longer, however soon the lock is free.
         with self._writing:
-            connection.execute("BEGIN IMMEDIATE")
+            # A transaction of this thread's is open already only if this one is nested in
+            # it (its BEGIN then fails): that one is its own block's to end, never this one's.
+            enclosed = connection.in_transaction
+            # BEGIN inside the try: a Ctrl-C lands as soon as BEGIN returns with the lock,
+            # and must find the rollback armed, or a worker that goes on holds the lock.
             try:
+                connection.execute("BEGIN IMMEDIATE")
                 yield connection
                 connection.execute("COMMIT")
             finally:
-                if connection.in_transaction:
+                if connection.in_transaction and not enclosed:
                     connection.execute("ROLLBACK")
         if sync and self._fsync_attempts:
             try:
@@ -218,6 +236,54 @@ class SqliteStore(Store):
             raise StoreError(f"{self._path}: cannot create the ledger: {exc}") from exc
         os.close(fd)
 
+    def _claim(
+        self, key: str, tool: str, args_hash: str, *, attempt_id: str, previous: Record | None
+    ) -> Record | None:
+        """Check the file is still this ledger's under its one name, then claim as ``Store``.
+
+        One ``stat``: the file may have been given a second name, moved or replaced since
+        it was opened, and a process opening it under another name would not see the claim.
+
+        Raises:
+            StoreError: it was (nothing was claimed), or as ``Store``'s claim.
+
+        """
+        check_still_one_name(self._name, self._id)
+        return super()._claim(key, tool, args_hash, attempt_id=attempt_id, previous=previous)
+
+    def _check_only_name_here(self) -> None:
+        """Refuse the file if another store of this process holds it open under another name.
+
+        In one process SQLite shares a file's locks and index among its connections whatever
+        name they used, while each name has its own WAL: the two would corrupt each other.
+
+        Raises:
+            StoreError: another open store has the same file (device and inode) under
+                another real name (it was renamed, or is mounted at two paths).
+
+        """
+        for ref in _OPEN.valuerefs():
+            other = ref()
+            held = None if other is None else other._name_holding(self._id)  # noqa: SLF001 - stores of one class
+            if held is not None and held != self._name:
+                raise StoreError(
+                    f"{self._path}: this process has the ledger file open already as {held} "
+                    "(renamed since, or mounted at two paths); under two names it has two "
+                    "WALs, and claims made under one are not seen under the other. Open it "
+                    "under one name only; nothing was changed"
+                )
+
+    def _name_holding(self, file_id: FileId) -> str | None:
+        """The real name this store holds the file ``file_id`` open by, if it does.
+
+        Only a store with an open connection holds its file: the inode number of a file no
+        longer open anywhere may be given to another file once that one is removed.
+        """
+        with self._lock:
+            if self._closed or file_id != self._id:
+                return None
+            return self._name if any(held.is_open for held in self._connections) else None
+
     def _connection(self) -> sqlite3.Connection:
         if self._closed:
             raise StoreError(f"{self._path}: the store is closed")
@@ -229,9 +295,12 @@ class SqliteStore(Store):
         return held.sqlite
 
     def _open(self) -> _Connection:
+        # Still the file opened, under its one name: else this connection would open (or
+        # create) another file, or use another WAL than the processes sharing the ledger.
+        check_still_one_name(self._name, self._id)
         with self._errors():
             connection = sqlite3.connect(
-                self._file, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT
+                self._name, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT
             )
         try:
             with self._errors():
@@ -264,6 +333,11 @@ class _Connection:
         self.thread = threading.current_thread()
         self._finalizer = weakref.finalize(self, connection.close)
         self._finalizer.atexit = False
+
+    @property
+    def is_open(self) -> bool:
+        """Whether the connection is still open."""
+        return self._finalizer.alive
 
     def close(self) -> None:
         self._finalizer()

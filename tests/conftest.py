@@ -29,6 +29,17 @@ POSTGRES_FIXTURES = frozenset({"postgres_ledger", "empty_postgres", "empty_schem
 """The fixtures that give a test a database on the PostgreSQL server."""
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """Give each xdist worker a process group of its own.
+
+    An owner's end includes the processes of its group started after it (safeact._owner):
+    the workers of one run would otherwise share a group, and one worker's live children
+    would keep another worker's killed owner alive.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        os.setpgid(0, 0)
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     """Mark each test that asks for the server: ``-k "not postgres"`` is the SQLite half.
 

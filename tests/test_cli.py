@@ -15,6 +15,7 @@ import pytest
 
 from safeact import Record, Saga, State, get_store, safe
 from safeact._cli import main, parser
+from safeact._tables import SCHEMA_VERSION
 from tests.actions import bury_owners
 
 V1 = Path(__file__).with_name("data") / "ledger-v1.db"
@@ -421,7 +422,9 @@ def test_migrate_upgrades_an_old_ledger_that_ls_then_reads(tmp_path: Path) -> No
     ]
     connection.close()
     result = run("migrate", old)
-    assert result.stdout == f"migrated {old} from schema 1 to 3 (old file kept as {old}.v1.bak)\n"
+    assert result.stdout == (
+        f"migrated {old} from schema 1 to {SCHEMA_VERSION} (old file kept as {old}.v1.bak)\n"
+    )
     assert (tmp_path / "old.db.v1.bak").is_file()
     assert [row[0] for row in columns(run("ls", old).stdout.splitlines())] == ["KEY", *keys]
 
@@ -429,7 +432,10 @@ def test_migrate_upgrades_an_old_ledger_that_ls_then_reads(tmp_path: Path) -> No
 def test_migrate_of_a_current_ledger_changes_nothing(full: Path) -> None:
     """`migrate` of a ledger already at this schema says so and makes no backup."""
     result = run("migrate", full)
-    assert (result.returncode, result.stdout) == (0, f"{full} is already at schema 3\n")
+    assert (result.returncode, result.stdout) == (
+        0,
+        f"{full} is already at schema {SCHEMA_VERSION}\n",
+    )
     assert not list(full.parent.glob("*.bak*"))
 
 

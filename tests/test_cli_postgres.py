@@ -7,6 +7,7 @@ from pathlib import Path
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from safeact import get_store, safe
+from safeact._tables import SCHEMA_VERSION
 from tests.actions import bury_owners
 
 
@@ -27,8 +28,14 @@ def pay(key: str) -> int:
 def test_migrate_creates_the_schema_once(empty_postgres: str) -> None:
     """`safeact migrate URL` creates the schema; a second run finds it current."""
     first, second = run("migrate", empty_postgres), run("migrate", empty_postgres)
-    assert (first.returncode, first.stdout) == (0, f"created schema 3 in {empty_postgres}\n")
-    assert (second.returncode, second.stdout) == (0, f"{empty_postgres} is already at schema 3\n")
+    assert (first.returncode, first.stdout) == (
+        0,
+        f"created schema {SCHEMA_VERSION} in {empty_postgres}\n",
+    )
+    assert (second.returncode, second.stdout) == (
+        0,
+        f"{empty_postgres} is already at schema {SCHEMA_VERSION}\n",
+    )
 
 
 def test_a_database_without_the_schema_is_refused_with_the_fix(empty_postgres: str) -> None:

@@ -224,6 +224,29 @@ def test_an_interrupted_caller_stops_waiting_and_the_others_go_on() -> None:
     assert results == ["later: durable"]
 
 
+def test_a_ctrl_c_before_the_syncer_starts_leaves_no_later_commit_waiting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Interrupted as it starts the fsync thread, a commit leaves the next one to start it."""
+    fsyncs = _Fsyncs("ok")
+    group = GroupCommit(fsyncs)
+    start = threading.Thread.start
+
+    def interrupted(thread: threading.Thread) -> None:
+        if thread.name == "safeact-group-commit":
+            monkeypatch.undo()  # this once
+            raise KeyboardInterrupt
+        start(thread)
+
+    monkeypatch.setattr(threading.Thread, "start", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        group.durable()
+    later = threading.Thread(target=group.durable, daemon=True)  # it may wait for ever
+    later.start()
+    later.join(10)
+    assert (later.is_alive(), fsyncs.threads) == (False, ["safeact-group-commit"])
+
+
 def test_a_claim_whose_fsync_fails_is_an_error_and_leaves_the_key_interrupted(
     ledger: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

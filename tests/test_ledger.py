@@ -673,9 +673,9 @@ def test_times_are_stored_in_utc_whatever_the_local_zone(ledger: Path, far_from_
 
 
 @pytest.mark.parametrize(
-    ("column", "field"), [("owner_machine", "machine_id"), ("owner_pidns", "pid_namespace")]
+    ("column", "field"), [("owner_boot", "boot_id"), ("owner_pidns", "pid_namespace")]
 )
-def test_an_owner_of_another_machine_or_pid_namespace_is_never_proven_gone_here(
+def test_an_owner_of_another_kernel_or_pid_namespace_is_never_proven_gone_here(
     store: SqliteStore, column: str, field: str
 ) -> None:
     """Its process id names another process, or none, here: only its lease may decide."""

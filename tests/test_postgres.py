@@ -594,7 +594,7 @@ def test_a_schema_2_database_is_refused_until_migrated_then_keeps_its_keys(
         connection.execute(POSTGRES_V2.read_text())  # what a safeact of schema 2 created
         connection.execute(SCHEMA_2_ROW)
     with pytest.raises(
-        StoreError, match=r"schema version 2, this safeact needs 3.*safeact migrate"
+        StoreError, match=rf"schema version 2, this safeact needs {SCHEMA_VERSION}.*safeact migrate"
     ):
         get_store(empty_schema)
 
