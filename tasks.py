@@ -53,10 +53,13 @@ ALREADY_RAN = (
     "test_sigkill_in_a_durable_tool_then_recovery_is_in_doubt",  # tests/test_pydantic_ai.py
     "test_killed_as_a_script_then_resumed_with_m_pauses",  # tests/test_langgraph.py
     "test_killed_then_resumed_after_a_deploy_that_adds_a_defaulted_parameter",  # the same
+    "test_proof_across",  # owners on a second machine, in process trees and namespaces
+    "test_interrupted_lock",  # a real SIGINT into SQLite's busy wait
 )
-"""The integrations' crash tests: ``artifact`` leaves them to ``test``, which ran them on the
-tree. Each starts interpreters that import a framework and kill themselves (seconds apiece)
-to check safeact's logic, not its packaging, which the other tests of their module use too."""
+"""The crash tests of the integrations and of proof: ``artifact`` leaves them to ``test``,
+which ran them on the tree. Each starts interpreters that import a framework, or run in
+namespaces of their own, and are killed or interrupted (seconds apiece), to check safeact's
+logic, not its packaging, which the other tests of their module use too."""
 NEED_TEMPORAL_SERVER = (
     "test_temporal_server",
     "test_pydantic_ai_temporal",
@@ -145,6 +148,12 @@ def refund_demo(_: list[str]) -> None:
     run(dev_python(), ROOT / "examples" / "refund_agent.py")
 
 
+WORKERS = ("-n", "2", "--dist", "worksteal")
+"""pytest-xdist's workers for the two long runs: most of a run waits on child processes and
+servers, so two workers fill the two cores CI has (tests/conftest.py gives each worker a
+process group of its own: an owner's end includes its group's later processes)."""
+
+
 def test(arguments: list[str]) -> None:
     """Run tests/ and typings/, then tests/test_mcp.py on mcp 1.x; branch coverage of both."""
     python = dev_python()
@@ -153,6 +162,7 @@ def test(arguments: list[str]) -> None:
         python,
         "-m",
         "pytest",
+        *WORKERS,
         "--cov=safeact",
         "--cov-branch",
         "--cov-report=",
@@ -234,6 +244,7 @@ def artifact(arguments: list[str]) -> None:
             "pytest",
             "-p",
             "no:cacheprovider",
+            *WORKERS,
             "-k",
             ARTIFACT_TESTS,
             *arguments,
