@@ -96,7 +96,30 @@ class _Parser(argparse.ArgumentParser):
     """An argument parser whose errors are one line: ``safeact: error: ...``."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"safeact: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(2, f"safeact: error: {_unechoed(message)} (see `{self.prog} --help`)\n")
+
+
+_UNRECOGNIZED = "unrecognized arguments: "
+
+
+def _unechoed(message: str) -> str:
+    """An argparse error ``message`` without the words it did not expect, options aside.
+
+    A connection string left unquoted arrives as many words (``host=db password=s3cret``),
+    the first taken for the ledger and the others unexpected: argparse would print them,
+    the password among them.
+    """
+    if not message.startswith(_UNRECOGNIZED):
+        return message
+    words = message.removeprefix(_UNRECOGNIZED).split(" ")
+    options = [word for word in words if word.startswith("-")]
+    others = len(words) - len(options)
+    if others:
+        options.append(
+            f"{others} other word{'s' * (others != 1)} (not shown: a connection string with "
+            "spaces goes in quotes, as one argument)"
+        )
+    return _UNRECOGNIZED + ", ".join(options)
 
 
 # Parsing values.
@@ -187,7 +210,7 @@ def _import(where: str) -> ModuleType:
 
 def open_store(location: str) -> Store:
     """Open an existing ledger (a file, or a PostgreSQL URL); never create one."""
-    if names_postgres(location):
+    if _names_postgres(location):
         return get_store(location)
     ledger = Path(location)
     if not ledger.exists():
@@ -197,6 +220,14 @@ def open_store(location: str) -> Store:
     if not ledger.is_file() or ledger.stat().st_size == 0:
         raise _UsageError(f"{ledger}: not a safeact ledger")
     return get_store(ledger)
+
+
+def _names_postgres(location: str) -> bool:
+    """Whether ``location`` names a PostgreSQL database; a location refused is a usage error."""
+    try:
+        return names_postgres(location)
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from None
 
 
 def cmd_ls(options: argparse.Namespace, store: Store) -> int:
@@ -584,7 +615,7 @@ def cmd_export(options: argparse.Namespace, store: Store) -> int:
 
 def cmd_migrate(options: argparse.Namespace) -> int:
     backup: Path | None = None
-    if names_postgres(options.ledger):
+    if _names_postgres(options.ledger):
         from safeact._postgres import (  # noqa: PLC0415 - an optional extra
             _without_password,
             migrate_postgres,

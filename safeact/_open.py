@@ -9,33 +9,28 @@ import os
 import threading
 from pathlib import Path
 
+from safeact._dsn import parse_location
 from safeact._ledger import LEASE
 from safeact._sqlite import SqliteStore
 from safeact._store import Store
 
 __all__ = ["StoreHandle", "get_store", "names_postgres"]
 
-_LIBPQ_KEYWORDS = frozenset(
-    {
-        *("host", "hostaddr", "port", "dbname", "user", "password", "passfile", "service"),
-        *("options", "connect_timeout", "client_encoding", "application_name", "sslmode"),
-        *("sslrootcert", "sslcert", "sslkey", "sslpassword", "sslcrl", "sslcrldir", "sslsni"),
-        *("gssencmode", "channel_binding", "require_auth", "target_session_attrs"),
-        *("load_balance_hosts", "keepalives", "krbsrvname", "fallback_application_name"),
-    }
-)
-
 
 def names_postgres(location: str) -> bool:
-    """Whether ``location`` names a PostgreSQL database: a URL, or libpq keyword pairs.
+    r"""Whether ``location`` names a PostgreSQL database; else it is a SQLite file path.
 
-    A keyword string would otherwise become a SQLite file of that name (password and all)
-    on every host. libpq takes any string that is not a URL as keyword pairs; a known
-    keyword first is the sign, and ``"./host=..."`` keeps a file of such a name a file.
+    A URL (``postgresql://``, ``postgres://``, in any case, or SQLAlchemy's
+    ``postgresql+DRIVER://``) or libpq keyword pairs (a ``=``, and no ``/`` or ``\`` before
+    it), white space around it allowed: never a file, which would be named with the
+    password and found by no other host. ``"./host=..."`` keeps a file of such a name a file.
+
+    Raises:
+        ValueError: a URL of another scheme, or a PostgreSQL location libpq would refuse or
+            misread (see ``safeact._dsn.parse_location``); the message says what to write.
+
     """
-    return location.startswith(("postgresql://", "postgres://")) or (
-        "=" in location and location.split("=", 1)[0].strip() in _LIBPQ_KEYWORDS
-    )
+    return parse_location(location) is not None
 
 
 def get_store(  # noqa: PLR0913 - one keyword per setting
@@ -49,26 +44,36 @@ def get_store(  # noqa: PLR0913 - one keyword per setting
 ) -> Store:
     """Open the ledger at ``location``: a PostgreSQL database, or else a SQLite file path.
 
-    ``postgresql://`` (or ``postgres://``) URLs and libpq keyword strings that start with
-    a libpq keyword (``"host=db dbname=agents user=app"``) open a ``PostgresStore`` (the
-    ``safeact[postgres]`` extra); anything else is a path, and a missing file is created
-    (readable by its owner only). Write a file whose name starts like that as
-    ``"./host=…"``. See ``Store`` for the settings; ``fsync_attempts`` applies to SQLite
-    only, ``connect_timeout`` to PostgreSQL only: the whole seconds a connection waits for
-    the server, by default the connection string's own ``connect_timeout``, else 5.
+    ``postgresql://`` (or ``postgres://``) URLs, the scheme in any case, SQLAlchemy's
+    ``postgresql+DRIVER://`` ones (read as ``postgresql://``) and libpq keyword strings
+    (``"host=db dbname=agents user=app"``: a ``=`` with no ``/`` before it) open a
+    ``PostgresStore`` (the ``safeact[postgres]`` extra); white space around them is dropped.
+    Anything else is a path, and a missing file is created (readable by its owner only).
+    Write a file whose name looks like keyword pairs as ``"./host=…"``. See ``Store`` for
+    the settings; ``fsync_attempts`` applies to SQLite only, ``connect_timeout`` to
+    PostgreSQL only: the whole seconds a connection waits for the server, by default the
+    connection string's own ``connect_timeout``, else 5.
 
     Raises:
         StoreError: the ledger cannot be opened or used, or the path names something other
             than a regular file (a directory, a device, a FIFO); it is left as it was. For
             PostgreSQL, one line with the server's (or libpq's) own reason, without the
             password, within the connect timeout.
+        ValueError: ``location`` is a URL of another kind (``sqlite:///x.db``: write the
+            path; ``mysql://``...), or a PostgreSQL location libpq would refuse or misread;
+            one line saying what to write, without the password. Nothing is created.
 
     """
-    if isinstance(location, str) and names_postgres(location):
+    postgres = parse_location(location) if isinstance(location, str) else None
+    if postgres is not None:
         from safeact._postgres import PostgresStore  # noqa: PLC0415 - an optional extra
 
         return PostgresStore(
-            location, lease=lease, heartbeat=heartbeat, host=host, connect_timeout=connect_timeout
+            postgres.dsn,
+            lease=lease,
+            heartbeat=heartbeat,
+            host=host,
+            connect_timeout=connect_timeout,
         )
     return SqliteStore(
         location, fsync_attempts=fsync_attempts, lease=lease, heartbeat=heartbeat, host=host
@@ -93,6 +98,7 @@ class StoreHandle:
 
         Raises:
             TypeError: ``ledger`` is neither a store, nor a path, nor a URL.
+            ValueError: ``ledger`` is a location ``get_store`` refuses.
 
         """
         self._lock = threading.Lock()
@@ -104,12 +110,7 @@ class StoreHandle:
             self._where = self.location = ledger.location
         else:
             self._store = None
-            self.location = _shown(ledger)
-            # A relative path names a file in the working directory of now, when the tool
-            # is made: a chdir before the first call (a daemon's, say) must not move the
-            # ledger, or a key recorded in one file would run again against another.
-            postgres = isinstance(ledger, str) and names_postgres(ledger)
-            self._where = ledger if postgres else Path(ledger).absolute()
+            self.location, self._where = _located(ledger)
 
     def open(self) -> Store:
         """The store, opened now if this is its first use.
@@ -140,15 +141,19 @@ class StoreHandle:
         return repr(store) if store is not None else f"<ledger {self.location}, not opened yet>"
 
 
-def _shown(location: str | os.PathLike[str]) -> str:
-    """``location`` as the store opened there will show it, without a password.
+def _located(ledger: str | os.PathLike[str]) -> tuple[str, str | Path]:
+    """Where ``ledger`` is: as its store will show it (without a password), and to open.
 
     Raises:
-        TypeError: ``location`` is neither a ``str`` nor a path.
+        TypeError: ``ledger`` is neither a ``str`` nor a path.
+        ValueError: as ``get_store``.
 
     """
-    if isinstance(location, str) and names_postgres(location):
-        from safeact._postgres import _without_password  # noqa: PLC0415 - an optional extra
-
-        return _without_password(location)
-    return str(Path(location))
+    postgres = parse_location(ledger) if isinstance(ledger, str) else None
+    if postgres is not None:
+        return postgres.shown, postgres.dsn
+    # A relative path names a file in the working directory of now, when the tool is made:
+    # a chdir before the first call (a daemon's, say) must not move the ledger, or a key
+    # recorded in one file would run again against another.
+    path = Path(ledger)
+    return str(path), path.absolute()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import hashlib
+import itertools
 import logging
 import os
 import re
@@ -21,12 +22,14 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo, timeout_from_conni
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
+from safeact._dsn import PostgresLocation, parse_location
 from safeact._ledger import LEASE, Cursor
 from safeact._liveness import stop_heartbeats
 from safeact._owner import Owner
 from safeact._protocol import Record
+from safeact._schema import BUSY_TIMEOUT
 from safeact._store import Store
-from safeact._tables import SCHEMA_VERSION, postgres_ddl
+from safeact._tables import SCHEMA_VERSION, TABLES, postgres_ddl
 from safeact.exceptions import StoreError
 
 if TYPE_CHECKING:
@@ -34,7 +37,7 @@ if TYPE_CHECKING:
 
     from safeact._ledger import Executor
 
-__all__ = ["CONNECT_TIMEOUT", "PostgresStore", "migrate_postgres"]
+__all__ = ["CONNECT_TIMEOUT", "LOCK_TIMEOUT", "PostgresStore", "migrate_postgres"]
 
 T = TypeVar("T")
 
@@ -43,6 +46,9 @@ logger = logging.getLogger("safeact")
 APPLICATION = "safeact"
 CONNECT_TIMEOUT = 5
 """Seconds a new connection waits for the server, unless the connection string says otherwise."""
+LOCK_TIMEOUT = BUSY_TIMEOUT
+"""Seconds a statement waits for a lock another session holds, whatever the server says: as
+long as a SQLite ledger waits for another connection's lock."""
 _MIGRATION_LOCK = 0x53414654  # "SAFT": one migrator at a time, across every worker
 
 # The sessions holding an advisory lock given as one bigint (shown as two 32-bit halves) in
@@ -65,16 +71,48 @@ _LIVENESS_CONNECT = {
 # say. No idle timeout may end it; the server's own probes end the session of a host that
 # vanished (its lock is then free); and only a session of this very process could hold the
 # lock, one that died but is not yet noticed by the server being let go within the lock
-# timeout. Settings the server does not know (idle_session_timeout before PostgreSQL 14)
-# are skipped.
+# timeout (LOCK_TIMEOUT, the parameter). Settings the server does not know
+# (idle_session_timeout before PostgreSQL 14) are skipped.
 _LIVENESS_SETTINGS = """SELECT set_config(name, wanted.value, false) FROM (VALUES
     ('idle_session_timeout', '0'),
     ('idle_in_transaction_session_timeout', '0'),
     ('tcp_keepalives_idle', '30'),
     ('tcp_keepalives_interval', '10'),
     ('tcp_keepalives_count', '3'),
-    ('lock_timeout', '30s')
+    ('lock_timeout', %s)
 ) AS wanted (name, value) JOIN pg_settings USING (name)"""
+# Every other session of safeact gives up waiting for a lock as the liveness session does:
+# set once it is open, after the connection string's, role's and database's settings.
+_BOUNDED = "SELECT set_config('lock_timeout', %s, false)"
+# Which database a session is on, whatever the DSN's spelling (address, name, socket, port,
+# proxy): the server's system identifier, which EXECUTE on pg_control_system() shows (every
+# role's by default), else the port and start of the running server (in seconds since the
+# epoch: a timestamp's text follows each session's TimeZone and DateStyle); and the database's
+# oid.
+_IDENTITY = (
+    "SELECT 'system ' || system_identifier, "
+    "(SELECT oid FROM pg_database WHERE datname = current_database()) FROM pg_control_system()"
+)
+_IDENTITY_BY_START = (
+    "SELECT 'port ' || current_setting('port') || ' started at epoch ' "
+    "|| extract(epoch FROM pg_postmaster_start_time()), "
+    "(SELECT oid FROM pg_database WHERE datname = current_database())"
+)
+# The sessions holding, or queued ahead of safeact for, a lock on one of the ledger's tables
+# that its statements wait behind (the weaker modes are its own readers' and writers').
+_TABLE_LOCKS = """SELECT c.relname, l.mode, l.granted, l.pid, a.application_name, a.state, a.query
+FROM pg_locks l JOIN pg_class c ON c.oid = l.relation LEFT JOIN pg_stat_activity a ON a.pid = l.pid
+WHERE l.locktype = 'relation'
+AND l.database = (SELECT oid FROM pg_database WHERE datname = current_database())
+AND l.relation IN (SELECT to_regclass(name) FROM unnest(%s::text[]) AS name)
+AND l.mode IN ('ShareLock', 'ShareRowExclusiveLock', 'ExclusiveLock', 'AccessExclusiveLock')
+ORDER BY NOT l.granted, c.relname, l.pid"""
+_LEDGER_TABLES = [*(table.name for table in TABLES), "safeact_meta"]
+_LOCK_ADVICE = (
+    "Another transaction keeps the ledger (a migration, a long ALTER TABLE or VACUUM FULL, "
+    "an operator's LOCK TABLE or forgotten open transaction): let it finish, or end it with "
+    "pg_terminate_backend(pid), then try again; the transaction that waited was rolled back"
+)
 
 
 # History: the steps that took a ledger of version N to N + 1, as they were written then.
@@ -85,6 +123,8 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
         "ALTER TABLE calls ADD COLUMN owner_machine TEXT NOT NULL DEFAULT ''",
         "ALTER TABLE calls ADD COLUMN owner_pidns TEXT NOT NULL DEFAULT ''",
     ),
+    # 3 -> 4: an owner's process group (see safeact._schema).
+    3: ("ALTER TABLE calls ADD COLUMN owner_group BIGINT NOT NULL DEFAULT 0",),
 }
 """PostgreSQL ledgers began at schema 2: there is no step from 1."""
 
@@ -100,24 +140,27 @@ def migrate_postgres(dsn: str, *, connect_timeout: int | None = None) -> tuple[i
     Raises:
         StoreError: the server cannot be reached (with its own reason); the schema is not
             safeact's or newer than this safeact's; or the migration failed, and the message
-            says what to do.
-        ValueError: ``connect_timeout`` is less than 1.
+            says what to do. Without the password, also where libpq or the server quote it.
+        ValueError: ``connect_timeout`` is less than 1, or ``dsn`` is not a PostgreSQL
+            location (see ``safeact._dsn.parse_location``).
 
     """
-    where = _without_password(dsn)
+    location = _location(dsn)
+    where = location.shown
     with _connect(_timed(dsn, connect_timeout, where), where, autocommit=False) as connection:
         try:
             connection.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             old = _version(connection, where)
         except psycopg.Error as exc:
-            raise StoreError(f"{where}: {_reason(exc)}") from exc
+            raise StoreError(f"{where}: {_scrubbed(exc, location)}") from _cause(exc, location)
         if old == SCHEMA_VERSION:  # a current ledger is left as it is, not even rewritten
             return old, old
         try:
             _upgrade(connection, old)
             connection.commit()
         except psycopg.Error as exc:  # leaving the block rolls it back, if the server has not
-            raise _migration_failed(where, old, exc, lost=connection.broken) from exc
+            failed = _migration_failed(location, old, exc, lost=connection.broken)
+            raise failed from _cause(exc, location)
     return old, SCHEMA_VERSION
 
 
@@ -160,14 +203,16 @@ _MIGRATION_ADVICE = {
 }
 
 
-def _migration_failed(where: str, old: int, exc: psycopg.Error, *, lost: bool) -> StoreError:
-    """The error of a failed migration: what failed, what is left, what to do.
+def _migration_failed(
+    location: PostgresLocation, old: int, exc: psycopg.Error, *, lost: bool
+) -> StoreError:
+    """The error of a failed migration at ``location``: what failed, what is left, what to do.
 
     A transaction that failed is rolled back, unless the connection was lost (``lost``):
     then its commit may have reached the server.
     """
     what = "creating the safeact schema" if old == 0 else f"migrating from schema {old}"
-    failed = f"{where}: {what} to {SCHEMA_VERSION} failed ({_reason(exc)})"
+    failed = f"{location.shown}: {what} to {SCHEMA_VERSION} failed ({_scrubbed(exc, location)})"
     if lost:
         return StoreError(
             f"{failed}; the connection was lost, so it may or may not have been committed: "
@@ -212,11 +257,21 @@ class PostgresStore(Store):
     and other hosts see the owner lost at once, without waiting for the lease: a
     suspicion, since an administrator, a proxy or a server restart also ends the session of
     a live process (see ``owner_lost``). The heartbeat checks the session, logs its loss
-    and takes the lock again. See ``Store`` for the other settings.
+    and takes the lock again. Every store of the process on one database shares that
+    session, however their connection strings spell the database (``127.0.0.1`` or
+    ``localhost``, the unix socket, the port left out, a proxy): the server says which
+    database a connection is on.
+
+    Every session of the store gives up waiting for a lock that another session holds (a
+    migration, a long ``ALTER TABLE``, an operator's ``LOCK TABLE``) after ``LOCK_TIMEOUT``
+    (30 s, as a SQLite ledger waits), whatever the connection string, role or database say;
+    the operation then raises ``StoreError`` naming the table and who holds its lock. See
+    ``Store`` for the other settings.
 
     Raises:
         StoreError: the server cannot be reached or refuses the connection (one line with
-            its reason, the password masked), or the schema is missing or of another version.
+            its reason, the password masked), the schema is missing or of another version,
+            or another session held a lock on it for ``LOCK_TIMEOUT``.
         ValueError: the lease is not positive, the heartbeat not shorter than the lease, or
             ``connect_timeout`` less than 1.
 
@@ -243,7 +298,9 @@ class PostgresStore(Store):
         # background, retrying and logging each failure, and tells whoever waits for it only
         # that it ran out of time.
         with _connect(self._dsn, self._where, autocommit=True) as connection, self._errors():
+            _bound_waits(connection)
             version = _version(connection, self._where)
+            self._database = _identify(connection)
         if version != SCHEMA_VERSION:
             what = "no safeact schema" if version == 0 else f"schema version {version}"
             raise StoreError(
@@ -273,6 +330,22 @@ class PostgresStore(Store):
 
         return self._repeatable(holders) == []
 
+    def _owner_gone(self, record: Record) -> bool:
+        """Whether the owner of ``record``'s attempt provably no longer runs: proof.
+
+        Proof needs both the owner's machine (its process table, its boot) to say it is gone,
+        as ``Ledger._owner_gone`` reads it, and its advisory lock here to be free. A lock
+        still held is a session the owner opened and something still keeps open: a child
+        its action forked, which kept the socket, or the owner itself on a machine that
+        only looks like this one. The lock is read from ``pg_locks`` only once the machine
+        says gone, so a live owner costs no round trip.
+
+        Raises:
+            StoreError: the server cannot be reached to read the lock.
+
+        """
+        return super()._owner_gone(record) and self._owner_lost(record.owner)
+
     def _claim(
         self, key: str, tool: str, args_hash: str, *, attempt_id: str, previous: Record | None
     ) -> Record | None:
@@ -284,13 +357,22 @@ class PostgresStore(Store):
         """Make sure this process holds its advisory lock on this database.
 
         One session per process and database holds it, shared by every store of the process
-        and kept until the process ends: a second session of the same process would wait
-        for the lock forever, and a store that closes must not make the process look dead
-        while other stores of it run actions.
+        whatever their DSNs (``_identify``) and kept until the process ends: a second session
+        of the same process would wait for the lock, and a store that closes must not make
+        the process look dead while other stores of it run actions.
+
+        Raises:
+            StoreError: the server cannot be reached, or another session held the lock for
+                ``LOCK_TIMEOUT`` (the message names it).
+
         """
         self._after_fork()
+        lock = _owner_lock(self.owner)
         with self._errors():
-            lost = _liveness.hold(self._dsn, _owner_lock(self.owner))
+            try:
+                lost = _liveness.hold(self._dsn, self._database, lock)
+            except psycopg.errors.LockNotAvailable as exc:
+                raise StoreError(f"{self._where}: {_liveness_wait(self._dsn, lock)}") from exc
         if lost:
             self._report_lost("took its lock again")
 
@@ -307,7 +389,7 @@ class PostgresStore(Store):
         if self._closed:
             return
         try:
-            lost = _liveness.check(self._dsn, _owner_lock(self.owner))
+            lost = _liveness.check(self._dsn, self._database, _owner_lock(self.owner))
         except (psycopg.Error, StoreError) as exc:
             self._report_lost(f"could not take its lock again: {exc}")
         else:
@@ -414,6 +496,8 @@ class PostgresStore(Store):
                 try:
                     with self._pool.connection() as connection:
                         return work(connection)
+                except psycopg.errors.LockNotAvailable:
+                    raise  # it waited the whole lock timeout: a second wait would double it
                 except psycopg.OperationalError:
                     if last:
                         raise
@@ -422,8 +506,11 @@ class PostgresStore(Store):
 
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
+        """Turn psycopg's errors into ``StoreError``; a lock waited for says whose it was."""
         try:
             yield
+        except psycopg.errors.LockNotAvailable as exc:
+            raise StoreError(f"{self._where}: {_lock_wait(self._dsn, exc)}") from exc
         except psycopg.Error as exc:
             raise StoreError(f"{self._where}: {_reason(exc)}") from exc
 
@@ -448,6 +535,7 @@ class PostgresStore(Store):
             max_size=self._pool_size,
             open=False,
             kwargs={"autocommit": True},
+            configure=_bound_waits,
         )
         try:
             pool.open(wait=True, timeout=_timeout(self._dsn))
@@ -458,28 +546,33 @@ class PostgresStore(Store):
 
 
 def _timed(dsn: str, connect_timeout: int | None, where: str) -> str:
-    """``dsn`` with the seconds a new connection waits for the server.
+    """``dsn`` as libpq takes it (``parse_location``), with the seconds a connection waits.
 
     An explicit ``connect_timeout`` wins; then the string's own (or ``PGCONNECT_TIMEOUT``,
     which libpq reads); then ``CONNECT_TIMEOUT``. Without one, psycopg would wait 130 s for
     each address of a host that does not answer.
 
     Raises:
-        StoreError: libpq cannot read ``dsn`` as a connection string.
-        ValueError: ``connect_timeout`` is less than 1.
+        StoreError: libpq cannot read ``dsn`` as a connection string (an unknown keyword,
+            say); its reason without any secret value of ``dsn``, which it may quote.
+        ValueError: ``connect_timeout`` is less than 1, or ``dsn`` is not a PostgreSQL
+            location.
 
     """
     if connect_timeout is not None and connect_timeout < 1:
         raise ValueError(f"connect_timeout must be 1 or more seconds, got {connect_timeout}")
+    location = _location(dsn)
     try:
-        given = conninfo_to_dict(dsn)
+        given = conninfo_to_dict(location.dsn)
     except psycopg.Error as exc:
-        raise StoreError(f"{where}: not a PostgreSQL connection string: {_reason(exc)}") from exc
+        raise StoreError(
+            f"{where}: not a PostgreSQL connection string: {_scrubbed(exc, location)}"
+        ) from _cause(exc, location)
     if connect_timeout is None:
         if "connect_timeout" in given or os.environ.get("PGCONNECT_TIMEOUT"):
-            return dsn
+            return location.dsn
         connect_timeout = CONNECT_TIMEOUT
-    return make_conninfo(dsn, connect_timeout=connect_timeout)
+    return make_conninfo(location.dsn, connect_timeout=connect_timeout)
 
 
 def _timeout(dsn: str) -> int:
@@ -493,17 +586,20 @@ def _connect(dsn: str, where: str, *, autocommit: bool) -> psycopg.Connection[An
     Raises:
         StoreError: the server refused the connection or did not answer in time, with its
             (or libpq's) own reason, on one line and without the password.
+        ValueError: ``dsn`` is not a PostgreSQL location.
 
     """
+    location = _location(dsn)
     try:
-        return psycopg.connect(dsn, autocommit=autocommit)
+        return psycopg.connect(location.dsn, autocommit=autocommit)
     except psycopg.errors.ConnectionTimeout as exc:
         raise StoreError(
-            f"{where}: cannot connect: no answer within {_timeout(dsn)} s "
-            f"(connect_timeout): {_reason(exc)}"
-        ) from exc
+            f"{where}: cannot connect: no answer within {_timeout(location.dsn)} s "
+            f"(connect_timeout): {_scrubbed(exc, location)}"
+        ) from _cause(exc, location)
     except psycopg.Error as exc:
-        raise StoreError(f"{where}: cannot connect: {_reason(exc)}") from exc
+        refused = StoreError(f"{where}: cannot connect: {_scrubbed(exc, location)}")
+        raise refused from _cause(exc, location)
 
 
 def _reason(exc: psycopg.Error) -> str:
@@ -516,26 +612,47 @@ def _reason(exc: psycopg.Error) -> str:
     return said.removeprefix("connection failed: ")
 
 
+def _scrubbed(exc: psycopg.Error, location: PostgresLocation) -> str:
+    """``_reason(exc)`` without the secret values of ``location`` that libpq may quote."""
+    return location.scrub(_reason(exc))
+
+
+def _cause(exc: psycopg.Error, location: PostgresLocation) -> psycopg.Error | None:
+    """``exc`` to chain to the ``StoreError`` made of it, or None if its text holds a secret.
+
+    A traceback prints the cause's text whole: libpq quotes the pieces of a connection
+    string it cannot read, the password among them.
+    """
+    said = str(exc)
+    return exc if location.scrub(said) == said else None
+
+
 class _Liveness:
-    """The sessions that hold this process's advisory locks: one per database and owner name."""
+    """The sessions that hold this process's advisory locks: one per database and owner name.
+
+    A database is named by ``_identify``, not by a DSN: advisory locks span a database, so a
+    second session of this process there, however its DSN spells the server or whoever it
+    logs in as, would wait for the first one's lock.
+    """
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         # None: the lock was held once, then lost, and could not be taken again yet.
         self._sessions: dict[tuple[int, str, int], psycopg.Connection[Any] | None] = {}
 
-    def hold(self, dsn: str, lock: int) -> bool:
-        """Hold ``lock`` on the database of ``dsn``; return whether this process had lost it.
+    def hold(self, dsn: str, database: str, lock: int) -> bool:
+        """Hold ``lock`` on ``database``; return whether this process had lost it.
 
-        Waits for the lock up to the lock timeout.
+        A session is opened through ``dsn`` (a DSN of ``database``) only if this process
+        holds none there; it waits for the lock up to ``LOCK_TIMEOUT``.
 
         Raises:
             psycopg.Error: the server cannot be reached, or the lock was not granted in time.
 
         """
-        return self._keep(dsn, lock, wait=True)
+        return self._keep(dsn, database, lock, wait=True)
 
-    def check(self, dsn: str, lock: int) -> bool:
+    def check(self, dsn: str, database: str, lock: int) -> bool:
         """Like ``hold``, without waiting, and only for a lock this process held there before.
 
         Raises:
@@ -543,10 +660,10 @@ class _Liveness:
             StoreError: another session holds the lock.
 
         """
-        return self._keep(dsn, lock, wait=False)
+        return self._keep(dsn, database, lock, wait=False)
 
-    def _keep(self, dsn: str, lock: int, *, wait: bool) -> bool:
-        where = (os.getpid(), _database(dsn), lock)
+    def _keep(self, dsn: str, database: str, lock: int, *, wait: bool) -> bool:
+        where = (os.getpid(), database, lock)
         with self._lock:
             lost = where in self._sessions
             if lost:
@@ -617,7 +734,7 @@ def _take(dsn: str, lock: int, *, wait: bool) -> psycopg.Connection[Any]:
     session = psycopg.connect(make_conninfo(dsn, **options), autocommit=True)
     with contextlib.ExitStack() as on_failure:
         on_failure.callback(session.close)
-        session.execute(_LIVENESS_SETTINGS)
+        session.execute(_LIVENESS_SETTINGS, (_milliseconds(LOCK_TIMEOUT),))
         if wait:
             session.execute("SELECT pg_advisory_lock(%s)", (lock,))
         elif session.execute("SELECT pg_try_advisory_lock(%s)", (lock,)).fetchall() != [(True,)]:
@@ -708,6 +825,41 @@ def _version(connection: psycopg.Connection[Any], where: str) -> int:
     return int(row[1])
 
 
+def _milliseconds(seconds: float) -> str:
+    """``seconds`` as a PostgreSQL duration setting: whole milliseconds, 1 at least (0 is none)."""
+    return f"{max(1, round(seconds * 1000))}ms"
+
+
+def _bound_waits(connection: psycopg.Connection[Any]) -> None:
+    """Make ``connection``'s statements give up waiting for a lock after ``LOCK_TIMEOUT``.
+
+    Set once the session is open, so neither the connection string's options nor the role's
+    or database's settings (applied as it opened) lift it; and for the session, so every
+    transaction on it, pipelined or not, runs under it without a statement of its own.
+    ``connection`` is in autocommit mode, so the setting is not rolled back with a
+    transaction.
+    """
+    connection.execute(_BOUNDED, (_milliseconds(LOCK_TIMEOUT),))
+
+
+def _identify(connection: psycopg.Connection[Any]) -> str:
+    """Which database ``connection`` is on: the same text through every DSN that reaches it.
+
+    The server's system identifier (made with the cluster, kept across restarts) where the
+    role may run ``pg_control_system()``, as every role may unless an administrator revoked
+    it; else the port and start time of the running server, which tell two servers apart
+    but change when it restarts (a store opened after a restart then keeps a liveness
+    session apart from an older store's, and waits for its lock). Then the database's oid.
+    ``connection`` is in autocommit mode, so a refusal leaves it usable.
+    """
+    try:
+        found = connection.execute(_IDENTITY).fetchone()
+    except (psycopg.errors.InsufficientPrivilege, psycopg.errors.UndefinedFunction):
+        found = connection.execute(_IDENTITY_BY_START).fetchone()
+    server, database = found or ("", 0)
+    return f"{server}, database {database}"
+
+
 def _owner_lock(owner: Owner) -> int:
     """The advisory lock id of ``owner``: 64 bits of a hash of its identity.
 
@@ -729,19 +881,91 @@ def _halves(lock: int) -> tuple[int, int]:
     return unsigned >> 32, unsigned & 0xFFFF_FFFF
 
 
-def _database(dsn: str) -> str:
-    """The database ``dsn`` names, whatever its user and session options.
+def _lock_wait(dsn: str, exc: psycopg.errors.LockNotAvailable) -> str:
+    """What a statement that gave up waiting for a lock on the ledger waited for; what to do."""
+    held = _lock_holders(dsn) or [exc.diag.context or "its holder has let it go since"]
+    return (
+        f"gave up after {LOCK_TIMEOUT:g} s waiting for a lock on the ledger: "
+        f"{'; '.join(held)}. {_LOCK_ADVICE}"
+    )
 
-    Advisory locks span a database, whoever logs in: a second session of this process that
-    logs in as another role would wait for the first one's lock.
+
+def _lock_holders(dsn: str) -> list[str]:
+    """Who holds, or queues ahead for, a lock on the ledger's tables that safeact waits behind.
+
+    Read on a session of its own (the one that waited may be broken); empty if it cannot be.
     """
-    parts = conninfo_to_dict(dsn)
-    return "|".join(str(parts.get(name, "")) for name in ("host", "hostaddr", "port", "dbname"))
+    try:
+        with psycopg.connect(dsn, autocommit=True) as connection:
+            _bound_waits(connection)
+            rows = connection.execute(_TABLE_LOCKS, (_LEDGER_TABLES,)).fetchall()
+    except psycopg.Error:
+        return []
+    return [_holder(row) for row in rows]
+
+
+def _holder(row: tuple[Any, ...]) -> str:
+    """A row of ``_TABLE_LOCKS`` in words: the table, the session, the lock."""
+    table, mode, granted, pid, application, state, query = row
+    about = [f"application {application!r}"] if application else []
+    about += [state] if state else []
+    about += [repr(_first_words(query))] if query else []
+    who = "a prepared transaction" if pid is None else f"session {pid}"
+    shown = f" ({', '.join(about)})" if about else ""
+    return f"table {table}: {who}{shown} {'holds' if granted else 'waits for'} {mode}"
+
+
+_MAY_HOLD_A_VALUE = re.compile(r"['$]|password", re.IGNORECASE)
+
+
+def _first_words(query: str) -> str:
+    """The start of ``query``, enough to tell what it is (``LOCK TABLE calls IN ACCESS``).
+
+    At most five words, up to the first that may hold a value (a quote, a placeholder, the
+    word password): ``pg_stat_activity`` shows statements with their literals, secrets too.
+    """
+    plain = itertools.takewhile(lambda word: not _MAY_HOLD_A_VALUE.search(word), query.split())
+    return " ".join(itertools.islice(plain, 5))
+
+
+def _liveness_wait(dsn: str, lock: int) -> str:
+    """Why this process's liveness lock was not granted in time, and what to do."""
+    try:
+        with psycopg.connect(dsn, autocommit=True) as connection:
+            holders = connection.execute(_HOLDERS, _halves(lock)).fetchall()
+    except psycopg.Error:
+        holders = []
+    held = " and ".join(f"session {pid}" for (pid,) in holders) or "a session that has ended since"
+    return (
+        f"gave up after {LOCK_TIMEOUT:g} s waiting for this process's liveness lock (advisory "
+        f"lock {lock}), held by {held}: a process that names itself as this one (the same "
+        "host, boot, process id and start), or a session of this process that the server has "
+        "not yet seen end. End it with pg_terminate_backend(pid), or try again"
+    )
 
 
 def _without_password(dsn: str) -> str:
-    if "://" in dsn:  # a URL: user:password@ and a password= query parameter
-        query = re.sub(r"password=[^&\s]*", "password=***", dsn)
-        return re.sub(r"(://[^:/@]*:)[^@]*@", r"\1***@", query)
-    # Keyword pairs: a value may be quoted, with spaces and escaped quotes inside.
-    return re.sub(r"""password\s*=\s*('(?:[^'\\]|\\.)*'|\S+)""", "password=***", dsn)
+    """``dsn`` as messages and reprs show it: every secret value ``***``.
+
+    Raises:
+        ValueError: as ``_location``.
+
+    """
+    return _location(dsn).shown
+
+
+def _location(dsn: str) -> PostgresLocation:
+    """The PostgreSQL database ``dsn`` names.
+
+    Raises:
+        ValueError: ``dsn`` names none: a file path, a URL of another scheme, or a
+            connection string libpq would refuse or misread (``parse_location``).
+
+    """
+    location = parse_location(dsn)
+    if location is None:  # a file path, not shown: "./host=x password=y" is one
+        raise ValueError(
+            "a PostgreSQL ledger is named by a postgresql:// URL or libpq keyword pairs "
+            "(host=… dbname=…), not a file path: open a SQLite file with get_store"
+        )
+    return location

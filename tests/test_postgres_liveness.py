@@ -28,7 +28,7 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from safeact import DoubtReason, State, Succeeded, _postgres, get_store
 from safeact._owner import Owner, this_process
-from safeact._postgres import _database, _liveness, _owner_lock
+from safeact._postgres import _liveness, _owner_lock
 from safeact.postgres import PostgresStore
 from tests.conftest import POSTGRES
 from tests.test_postgres import DEADLINE, LONG_LEASE, Admin, charge, holders_of
@@ -113,9 +113,9 @@ def wait_until_ended(admin: Admin, pid: int) -> None:
         time.sleep(0.05)
 
 
-def liveness_session(store: PostgresStore, dsn: str) -> psycopg.Connection[tuple[object, ...]]:
+def liveness_session(store: PostgresStore) -> psycopg.Connection[tuple[object, ...]]:
     """The session of this process that holds ``store``'s liveness lock (white-box)."""
-    session = _liveness._sessions[(os.getpid(), _database(dsn), _owner_lock(store.owner))]
+    session = _liveness._sessions[(os.getpid(), store._database, _owner_lock(store.owner))]
     assert session is not None
     return session
 
@@ -177,7 +177,7 @@ def test_the_liveness_session_sends_tcp_keepalives(
     dsn = make_conninfo(postgres_ledger, **dsn_sets)
     with PostgresStore(dsn, host=host, lease=LONG_LEASE) as store:
         charge(store, tmp_path / "effects")("k")
-        session = liveness_session(store, dsn)
+        session = liveness_session(store)
         with socket.fromfd(session.fileno(), socket.AF_INET, socket.SOCK_STREAM) as tcp:
             probes = tcp.getsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE)
             after = tcp.getsockopt(socket.IPPROTO_TCP, socket.TCP_KEEPIDLE)
@@ -192,7 +192,7 @@ def test_the_liveness_session_turns_off_its_roles_idle_timeouts(
     dsn = login_as(dict.fromkeys(names[:2], "1h"))
     with PostgresStore(dsn, host=host, lease=LONG_LEASE) as store:
         charge(store, tmp_path / "effects")("k")
-        session = liveness_session(store, dsn)
+        session = liveness_session(store)
         settings = session.execute(
             "SELECT current_setting(%s), current_setting(%s), current_setting(%s)", names
         ).fetchone()
@@ -292,7 +292,9 @@ def test_an_owner_whose_liveness_session_ended_is_lost_but_not_gone(
         before = observer._owner_lost(owner.owner)
         (ended,) = holders_of(admin, _owner_lock(owner.owner))
         terminate(admin, ended)
-        after = (observer._owner_lost(owner.owner), observer._owner_gone(owner.owner))
+        warm_up = owner.get("warm-up")
+        assert warm_up is not None
+        after = (observer._owner_lost(owner.owner), observer._owner_gone(warm_up))
     assert (before, after) == (False, (True, False))
 
 
