@@ -55,8 +55,9 @@ def get_store(  # noqa: PLR0913 - one keyword per setting
     connection string's own ``connect_timeout``, else 5.
 
     Raises:
-        StoreError: the ledger cannot be opened or used, or the path names something other
-            than a regular file (a directory, a device, a FIFO); it is left as it was. For
+        StoreError: the ledger cannot be opened or used, the path names something other
+            than a regular file (a directory, a device, a FIFO), or the file has a second
+            name (a hard link: one ledger must not be two); it is left as it was. For
             PostgreSQL, one line with the server's (or libpq's) own reason, without the
             password, within the connect timeout.
         ValueError: ``location`` is a URL of another kind (``sqlite:///x.db``: write the

@@ -272,8 +272,9 @@ class PostgresStore(Store):
         StoreError: the server cannot be reached or refuses the connection (one line with
             its reason, the password masked), the schema is missing or of another version,
             or another session held a lock on it for ``LOCK_TIMEOUT``.
-        ValueError: the lease is not positive, the heartbeat not shorter than the lease, or
-            ``connect_timeout`` less than 1.
+        ValueError: the lease is not positive, the heartbeat not shorter than the lease,
+            ``connect_timeout`` less than 1, or ``dsn`` not a PostgreSQL location (see
+            ``get_store``).
 
     """
 

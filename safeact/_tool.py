@@ -122,8 +122,10 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
     dataclass or a pydantic model. The tool's ``ignore`` attribute is the set of names.
 
     Raises:
-        ValueError: ``name`` is empty or ``wait`` negative; or, when a function is guarded,
-            ``ignore`` names its key parameter or a parameter it does not have.
+        ValueError: ``name`` is empty or ``wait`` negative; ``store`` is a location
+            ``get_store`` refuses (``sqlite:///x.db``, ``mysql://``...: the message says what
+            to write); or, when a function is guarded, ``ignore`` names its key parameter or
+            a parameter it does not have.
         TypeError: ``store`` is neither a ``Store``, nor a path, nor a URL; or ``ignore`` is
             a ``str`` (write ``ignore=("client",)``) or holds a non-str.
 
