@@ -135,12 +135,15 @@ def migrate_postgres(dsn: str, *, connect_timeout: int | None = None) -> tuple[i
     ``old`` is 0 when the schema was created. One transaction, serialised by an advisory
     lock, so many workers may run it at once: the first does the work, the others find the
     schema current. A migration that fails is rolled back: the database is left as it was.
-    ``connect_timeout`` is as for ``PostgresStore``.
+    It waits for a lock (the other migrators', or the readers' and writers' of a table it
+    alters) up to ``LOCK_TIMEOUT``, as every session of safeact does. ``connect_timeout`` is
+    as for ``PostgresStore``.
 
     Raises:
         StoreError: the server cannot be reached (with its own reason); the schema is not
-            safeact's or newer than this safeact's; or the migration failed, and the message
-            says what to do. Without the password, also where libpq or the server quote it.
+            safeact's or newer than this safeact's; a lock was held for ``LOCK_TIMEOUT`` (the
+            message names who holds it); or the migration failed, and the message says what
+            to do. Without the password, also where libpq or the server quote it.
         ValueError: ``connect_timeout`` is less than 1, or ``dsn`` is not a PostgreSQL
             location (see ``safeact._dsn.parse_location``).
 
@@ -149,8 +152,11 @@ def migrate_postgres(dsn: str, *, connect_timeout: int | None = None) -> tuple[i
     where = location.shown
     with _connect(_timed(dsn, connect_timeout, where), where, autocommit=False) as connection:
         try:
+            _bound_waits(connection)
             connection.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             old = _version(connection, where)
+        except psycopg.errors.LockNotAvailable as exc:
+            raise StoreError(f"{where}: {_lock_wait(location.dsn, exc)}") from None
         except psycopg.Error as exc:
             raise StoreError(f"{where}: {_scrubbed(exc, location)}") from _cause(exc, location)
         if old == SCHEMA_VERSION:  # a current ledger is left as it is, not even rewritten
@@ -158,6 +164,8 @@ def migrate_postgres(dsn: str, *, connect_timeout: int | None = None) -> tuple[i
         try:
             _upgrade(connection, old)
             connection.commit()
+        except psycopg.errors.LockNotAvailable as exc:
+            raise StoreError(f"{where}: {_lock_wait(location.dsn, exc)}") from None
         except psycopg.Error as exc:  # leaving the block rolls it back, if the server has not
             failed = _migration_failed(location, old, exc, lost=connection.broken)
             raise failed from _cause(exc, location)

@@ -20,7 +20,8 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from safeact import StoreError, Succeeded, _postgres, get_store
 from safeact._owner import this_process
-from safeact._postgres import _first_words, _owner_lock
+from safeact._postgres import _first_words, _owner_lock, migrate_postgres
+from safeact._tables import SCHEMA_VERSION
 from safeact.postgres import PostgresStore
 from tests.actions import count_effects
 from tests.test_postgres import DEADLINE, LONG_LEASE, Admin, charge
@@ -216,3 +217,25 @@ def test_a_holders_query_is_shown_by_its_first_words_never_its_values() -> None:
         "UPDATE calls SET result =",
         "select 1 as",
     ]
+
+
+def test_a_migration_behind_a_reader_gives_up_and_leaves_the_ledger_as_it_was(
+    empty_postgres: str, short_wait: float
+) -> None:
+    """Altering a table another transaction reads waits LOCK_TIMEOUT, then says so; unchanged."""
+    from tests.test_schema import POSTGRES_DUMPS
+
+    with psycopg.connect(empty_postgres) as setup:
+        setup.execute(POSTGRES_DUMPS[3].read_text())
+    # Should the migration wait without limit, the server ends the reader after DEADLINE.
+    options = conninfo_to_dict(empty_postgres).get("options", "")
+    watched = f"{options} -c idle_in_transaction_session_timeout={int(DEADLINE * 1000)}"
+    with psycopg.connect(make_conninfo(empty_postgres, options=watched)) as reader:
+        reader.execute("SELECT count(*) FROM calls")  # its lock stays until it ends
+        with pytest.raises(StoreError, match=r"gave up after 0\.5 s waiting for a lock") as raised:
+            migrate_postgres(empty_postgres)
+        reader.rollback()
+    assert "was rolled back" in str(raised.value)
+    with psycopg.connect(empty_postgres) as check:
+        assert check.execute("SELECT version FROM safeact_meta").fetchall() == [(3,)]
+    assert migrate_postgres(empty_postgres) == (3, SCHEMA_VERSION)
