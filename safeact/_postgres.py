@@ -400,7 +400,8 @@ class PostgresStore(Store):
         try:
             lost = _liveness.check(self._dsn, self._database, _owner_lock(self.owner))
         except (psycopg.Error, StoreError) as exc:
-            self._report_lost(f"could not take its lock again: {exc}")
+            said = _location(self._dsn).scrub(str(exc))  # libpq may quote the DSN's values
+            self._report_lost(f"could not take its lock again: {said}")
         else:
             if lost:
                 self._report_lost("took its lock again")
@@ -550,7 +551,8 @@ class PostgresStore(Store):
             pool.open(wait=True, timeout=_timeout(self._dsn))
         except Exception as exc:
             pool.close()
-            raise StoreError(f"{self._where}: cannot connect: {exc}") from exc
+            said = _location(self._dsn).scrub(str(exc))  # libpq may quote the DSN's values
+            raise StoreError(f"{self._where}: cannot connect: {said}") from exc
         return pool
 
 
