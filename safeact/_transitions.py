@@ -112,6 +112,7 @@ class KeyTransitions(Ledger):
                 ``happened=False``, or cannot be stored.
 
         """
+        check_decision(happened=happened, force=force)  # before the span labels the decision
         return self._decide(
             key,
             happened=happened,

@@ -512,6 +512,21 @@ def test_a_resolve_is_a_span_with_the_operators_decision(
     }
 
 
+def test_a_decision_that_is_not_a_boolean_makes_no_span(
+    store: Store, spans: InMemorySpanExporter
+) -> None:
+    """happened="false" is refused before any span could label it by its truthiness."""
+
+    @safe(store, name="charge")
+    def charge(key: str) -> int:
+        return 1
+
+    left_in_doubt(store, charge, "k-1")
+    with pytest.raises(TypeError, match="happened must be True or False"):
+        store.resolve("k-1", happened="false", result=1)  # type: ignore[arg-type]
+    assert named(spans, "safeact.resolve") == []
+
+
 def test_a_refused_resolve_of_a_tool_records_the_refusal(
     ledger: Path, spans: InMemorySpanExporter
 ) -> None:
