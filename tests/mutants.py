@@ -361,8 +361,8 @@ MUTANTS = [
         [
             Edit(
                 "safeact/_owner.py",
-                "    if started is None:\n        return _no_such_process(owner.pid)\n",
-                "    if started is None:\n        return True\n",
+                "    if started is None:\n        ended = _no_such_process(owner.pid)\n",
+                "    if started is None:\n        ended = True\n",
             )
         ],
         ["tests/test_owner.py"],
@@ -372,8 +372,9 @@ MUTANTS = [
         [
             Edit(
                 "safeact/_owner.py",
-                "    if not _same(owner.pid_namespace, here.pid_namespace):\n",
-                "    if False:\n",
+                "    if not owner.pid_namespace or owner.pid_namespace != here.pid_namespace"
+                " or not owner.group:\n",
+                "    if not owner.group:\n",
             )
         ],
         ["tests/test_owner.py"],
@@ -838,10 +839,15 @@ def copy_project(into: Path) -> Path:
 def mutate(copy: Path, mutant: Mutant) -> None:
     for edit in mutant.edits:
         path = copy / edit.path
-        text = path.read_text()
-        if text.count(edit.old) != 1:
-            raise SystemExit(f"mutant {mutant.name!r}: its pattern is gone from {edit.path}")
-        path.write_text(text.replace(edit.old, edit.new))
+        path.write_text(check_pattern(copy, mutant, edit).replace(edit.old, edit.new))
+
+
+def check_pattern(copy: Path, mutant: Mutant, edit: Edit) -> str:
+    """The text of ``edit``'s file in ``copy``; stop the run if ``edit.old`` is not there once."""
+    text = (copy / edit.path).read_text()
+    if text.count(edit.old) != 1:
+        raise SystemExit(f"mutant {mutant.name!r}: its pattern is gone from {edit.path}")
+    return text
 
 
 def run_all(mutants: list[Mutant], *, every: bool) -> list[Result]:
@@ -850,6 +856,9 @@ def run_all(mutants: list[Mutant], *, every: bool) -> list[Result]:
     hung: list[Mutant] = []
     with tempfile.TemporaryDirectory() as scratch:
         pristine = copy_project(Path(scratch))
+        for mutant in mutants:  # every pattern, before minutes are spent on the first mutants
+            for edit in mutant.edits:
+                check_pattern(pristine, mutant, edit)
         for mutant in mutants:
             copy = Path(scratch) / "mutant"
             shutil.rmtree(copy, ignore_errors=True)
