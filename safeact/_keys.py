@@ -161,6 +161,11 @@ def ignored_names(ignore: Iterable[str]) -> tuple[str, ...]:
     """
     if isinstance(ignore, str):
         raise TypeError(f"ignore takes parameter names, not one str: write ignore=({ignore!r},)")
+    if not isinstance(ignore, Iterable):
+        raise TypeError(
+            f"ignore takes parameter names, not {ignore!r}: write ignore=('client',), or "
+            "leave it out for none"
+        )
     names = tuple(dict.fromkeys(ignore))
     for name in names:
         if not isinstance(name, str):

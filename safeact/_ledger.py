@@ -29,6 +29,7 @@ from safeact._protocol import (
     utc_now,
 )
 from safeact._rows import read_record
+from safeact._settings import optional_text, seconds
 from safeact.exceptions import SafeError
 
 __all__ = ["COLUMNS", "LEASE", "Cursor", "Executor", "Ledger"]
@@ -77,7 +78,9 @@ class Ledger:
         self, *, lease: float = LEASE, heartbeat: float | None = None, host: str | None = None
     ) -> None:
         """Check the settings; the backend opens its database."""
-        heartbeat = lease / 3 if heartbeat is None else heartbeat
+        lease = seconds("lease", lease)
+        heartbeat = lease / 3 if heartbeat is None else seconds("heartbeat", heartbeat)
+        optional_text("host", host)
         if not 0 < heartbeat < lease:
             raise ValueError(
                 f"need 0 < heartbeat < lease, got heartbeat={heartbeat} and lease={lease}: "

@@ -28,6 +28,7 @@ from safeact._liveness import stop_heartbeats
 from safeact._owner import Owner
 from safeact._protocol import Record
 from safeact._schema import BUSY_TIMEOUT
+from safeact._settings import whole
 from safeact._store import Store
 from safeact._tables import SCHEMA_VERSION, TABLES, postgres_ddl
 from safeact.exceptions import StoreError
@@ -302,7 +303,7 @@ class PostgresStore(Store):
         super().__init__(lease=lease, heartbeat=heartbeat, host=host)
         self._where = _without_password(dsn)
         self._dsn = _timed(dsn, connect_timeout, self._where)
-        self._pool_size = pool_size
+        self._pool_size = whole("pool_size", pool_size, least=1)
         # The first connection is made here, not by the pool: the pool connects in the
         # background, retrying and logging each failure, and tells whoever waits for it only
         # that it ran out of time.
@@ -570,8 +571,8 @@ def _timed(dsn: str, connect_timeout: int | None, where: str) -> str:
             location.
 
     """
-    if connect_timeout is not None and connect_timeout < 1:
-        raise ValueError(f"connect_timeout must be 1 or more seconds, got {connect_timeout}")
+    if connect_timeout is not None:
+        whole("connect_timeout", connect_timeout, least=1)
     location = _location(dsn)
     try:
         given = conninfo_to_dict(location.dsn)

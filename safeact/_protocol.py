@@ -62,6 +62,7 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import attrs
 
+from safeact._settings import flag, optional_text
 from safeact.exceptions import KeyConflictError, SafeError
 
 if TYPE_CHECKING:
@@ -429,22 +430,21 @@ def check_resolvable(key: str, record: Record | None) -> Record:
     return record
 
 
-def check_decision(*, happened: object, force: object) -> None:
-    """Refuse an operator's decision unless ``happened`` and ``force`` are real booleans.
+def check_decision(*, happened: object, force: object, note: object) -> None:
+    """Refuse an operator's decision unless its flags are booleans and its note is text.
 
     Checked before anything is opened or changed: taken by truthiness, ``force="false"``
-    would force a release and ``happened="false"`` record a success nobody decided.
+    would force a release and ``happened="false"`` record a success nobody decided; a note
+    of bytes would be a history row no reader can read.
 
     Raises:
-        TypeError: ``happened`` or ``force`` is not a ``bool``.
+        TypeError: ``happened`` or ``force`` is not a ``bool``, or ``note`` not a ``str``.
+        ValueError: ``note`` holds lone surrogates.
 
     """
-    for name, value in (("happened", happened), ("force", force)):
-        if not isinstance(value, bool):
-            raise TypeError(
-                f"{name} must be True or False, not {value!r} ({type(value).__name__}): pass "
-                f"{name}=True or {name}=False; nothing was changed"
-            )
+    flag("happened", happened)
+    flag("force", force)
+    optional_text("note", note)
 
 
 def amend_refusal(key: str, record: Record | None, *, decided: bool) -> str | None:

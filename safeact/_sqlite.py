@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 from safeact._group_commit import GroupCommit
 from safeact._ledger import LEASE
 from safeact._schema import BUSY_TIMEOUT, check_usable, prepare
+from safeact._settings import flag
 from safeact._sqlite_file import FileId, check_one_name, check_still_one_name, real_name
 from safeact._store import Store
 from safeact.exceptions import StoreError
@@ -101,7 +102,7 @@ class SqliteStore(Store):
         # Every connection, in whatever thread and after whatever chdir, opens the file the
         # store was opened on: a relative path is fixed against the directory of now.
         self._file = self._path.absolute()
-        self._fsync_attempts = fsync_attempts
+        self._fsync_attempts = flag("fsync_attempts", fsync_attempts)
         self._local = threading.local()
         self._connections: weakref.WeakSet[_Connection] = weakref.WeakSet()
         self._group = GroupCommit(self._sync_wal)

@@ -55,7 +55,6 @@ from safeact._keys import (
     ArgsHash,
     check_ignore,
     check_key,
-    check_text,
     ignored_names,
     marks_key,
 )
@@ -70,6 +69,7 @@ from safeact._protocol import (
     owner_may_write,
     utc_now,
 )
+from safeact._settings import optional_callable, optional_text, seconds
 from safeact.exceptions import StoreError
 
 if TYPE_CHECKING:
@@ -145,12 +145,11 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
     ) -> None:
         """Check the settings; a ledger given by its location is opened at first use."""
         names = ignored_names(ignore)
-        if name is not None:
-            if not name:
-                raise ValueError("name must be a non-empty string, or None for module.qualname")
-            check_text(name, "the tool name")
-        if wait < 0:
-            raise ValueError(f"wait must be 0 or more seconds, got {wait}")
+        if optional_text("name", name) == "":
+            raise ValueError("name must be a non-empty string, or None for module.qualname")
+        wait = seconds("wait", wait, zero=True)
+        optional_callable("compensate", compensate)
+        optional_callable("reconcile", reconcile)
         # The ledger's modules load when a tool is first made, not when safeact is imported.
         from safeact._open import StoreHandle  # noqa: PLC0415
 
@@ -394,7 +393,7 @@ class _Guard(Generic[T_co]):
 
         """
         # Before the store: a tool given a location opens (or creates) its ledger there.
-        check_decision(happened=happened, force=force)
+        check_decision(happened=happened, force=force, note=note)
         return self.store._decide(  # noqa: SLF001 - the tool and its store are one
             key,
             happened=happened,
@@ -416,6 +415,7 @@ class _Guard(Generic[T_co]):
             SafeError: the key belongs to another tool, or as ``Store.amend`` says.
 
         """
+        optional_text("note", note)  # before the store: a location is opened at first use
         return self.store._amend(  # noqa: SLF001 - the tool and its store are one
             key, result=result, encode=self._checked, tool=self.name, note=note
         )

@@ -42,6 +42,7 @@ from safeact._protocol import (
     utc_now,
 )
 from safeact._rows import time_text
+from safeact._settings import optional_text
 from safeact._tables import SCHEMA_VERSION
 from safeact.exceptions import NotProvenError, SafeError
 
@@ -112,7 +113,7 @@ class KeyTransitions(Ledger):
                 ``happened=False``, or cannot be stored.
 
         """
-        check_decision(happened=happened, force=force)  # before the span labels the decision
+        check_decision(happened=happened, force=force, note=note)  # before the span's label
         return self._decide(
             key,
             happened=happened,
@@ -141,7 +142,7 @@ class KeyTransitions(Ledger):
 
         ``tool``, if given, must be the key's tool.
         """
-        check_decision(happened=happened, force=force)
+        check_decision(happened=happened, force=force, note=note)
         if happened and force:
             raise ValueError("force=True goes with happened=False: happened=True needs no proof")
         if happened and result is NO_RESULT:
@@ -186,6 +187,7 @@ class KeyTransitions(Ledger):
             ValueError: ``result`` cannot be stored.
 
         """
+        optional_text("note", note)
         return self._amend(key, result=result, encode=encode_untyped, tool=None, note=note)
 
     def _amend(

@@ -607,12 +607,19 @@ def test_switch_to_wal_waits_for_a_reader_of_a_new_ledger(
     connection.close()
 
 
-@pytest.mark.parametrize(("lease", "heartbeat"), [(0, None), (1.0, 1.0), (1.0, 0)])
+@pytest.mark.parametrize(
+    ("lease", "heartbeat", "said"),
+    [
+        (0, None, "lease must be more than 0 seconds"),
+        (1.0, 1.0, "heartbeat < lease"),
+        (1.0, 0, "heartbeat must be more than 0 seconds"),
+    ],
+)
 def test_lease_and_heartbeat_must_make_sense(
-    ledger: Path, lease: float, heartbeat: float | None
+    ledger: Path, lease: float, heartbeat: float | None, said: str
 ) -> None:
     """A heartbeat must be positive and shorter than a positive lease."""
-    with pytest.raises(ValueError, match="heartbeat < lease"):
+    with pytest.raises(ValueError, match=said):
         get_store(ledger, lease=lease, heartbeat=heartbeat)
 
 
