@@ -14,6 +14,7 @@ counts a corrupt key as needing attention (exit 1). ``--json`` prints a corrupt 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import importlib.metadata
 import importlib.util
@@ -664,7 +665,8 @@ def _print(lines: Iterable[str]) -> None:
 def _warn(text: str) -> None:
     # stderr reaches the same terminal: a tool's name, a host or a key in a message is
     # escaped like everything printed (the newline that ends the message is ours).
-    sys.stderr.write(printable(text.removesuffix("\n")) + "\n")
+    if sys.stderr is not None:  # closed: nowhere to say it, the exit code says it
+        sys.stderr.write(printable(text.removesuffix("\n")) + "\n")
 
 
 def _print_json(objects: Iterable[dict[str, object]]) -> None:
@@ -913,17 +915,45 @@ _RUN: dict[str, Callable[[argparse.Namespace, Store], int]] = {
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit code."""
-    options = parser().parse_args(argv)
+    """Run the command line; return the exit code.
+
+    Whatever the terminal's encoding, what cannot be encoded is written escaped. Output
+    that cannot be written (a full disk, a file size limit, standard output closed) is one
+    line on stderr and exit 2; a reader that leaves early (``| head``) is exit 0.
+    """
+    if sys.stdout is None:  # closed before the start: refuse before the ledger is touched
+        _warn("safeact: error: standard output is closed; run the command with it open")
+        return 2
+    with contextlib.suppress(AttributeError, ValueError):  # a stream swapped in by a caller
+        sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
     try:
+        try:
+            options = parser().parse_args(argv)
+        except SystemExit:  # --help or --version printed, or a usage error: flushed here
+            sys.stdout.flush()
+            raise
         if options.command == "migrate":
-            return cmd_migrate(options)
-        with open_store(options.ledger) as store:
-            return _RUN[options.command](options, store)
+            code = cmd_migrate(options)
+        else:
+            with open_store(options.ledger) as store:
+                code = _RUN[options.command](options, store)
+        sys.stdout.flush()  # a failure to write shows here, not at the interpreter's exit
     except (_UsageError, SafeError) as exc:
         _warn(f"safeact: error: {exc}\n")
         return 2
     except BrokenPipeError:  # `safeact ls big.db | head`: the reader left, which is fine
-        # Point stdout at /dev/null, so the interpreter's last flush does not fail again.
-        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        _drop_output()
         return 0
+    except OSError as exc:
+        _drop_output()
+        _warn(
+            f"safeact: error: cannot write the output ({exc.strerror or exc}); the command "
+            "itself ran: check `safeact show` before running a change again"
+        )
+        return 2
+    return code
+
+
+def _drop_output() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush does not fail again."""
+    os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
