@@ -145,10 +145,11 @@ def _durable(group: GroupCommit, results: list[str], name: str) -> threading.Thr
 
 
 def _numbered(group: GroupCommit, commits: int) -> None:
-    """Wait until ``commits`` commits have asked to be made durable."""
+    """Wait until ``commits`` commits have asked to be made durable; fail after 30 s."""
     with group._done:
-        while group._committed < commits:
-            group._done.wait(0.01)
+        assert group._done.wait_for(lambda: group._committed >= commits, timeout=30), (
+            f"{group._committed} commits asked to be made durable, not {commits}"
+        )
 
 
 def test_commits_made_while_an_fsync_runs_share_the_next_one() -> None:
