@@ -282,8 +282,13 @@ def _pid_namespace() -> str:
 
 def _stat_fields(pid: int) -> list[str] | None:
     """The fields of ``/proc/<pid>/stat`` after the command name (state first); None if none."""
+    return _fields_of(_PROC / str(pid) / "stat")
+
+
+def _fields_of(stat_file: Path) -> list[str] | None:
+    """The fields of a process's (or thread's) ``stat`` file after its command name, or None."""
     try:
-        stat = (_PROC / str(pid) / "stat").read_text()
+        stat = stat_file.read_text()
     except OSError:
         return None
     # The command name (field 2) may hold spaces and parentheses: split after the last ")".
@@ -320,11 +325,8 @@ def _threads_run(pid: int) -> bool:
     except OSError:
         return False
     for task in tasks:
-        try:
-            stat = (task / "stat").read_text()
-        except OSError:
-            continue
-        if stat[stat.rindex(")") + 2 :].split()[0] not in {"Z", "X"}:
+        fields = _fields_of(task / "stat")
+        if fields is not None and fields[0] not in {"Z", "X"}:
             return True
     return False
 
