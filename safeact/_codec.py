@@ -11,22 +11,28 @@ from __future__ import annotations
 
 import collections.abc
 import contextlib
+import dataclasses
 import datetime as dt
 import decimal
+import importlib
 import inspect
 import json
 import sys
 import typing
 import uuid
+import zoneinfo
 from collections.abc import Callable, Mapping, Sequence
 from types import NoneType
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeAlias, TypeVar, cast
 
 import attrs
 import cattrs
 from cattrs.cols import is_abstract_set, is_any_set, iterable_unstructure_factory
+from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 from cattrs.preconf.json import make_converter
 
+from safeact._exact import difference
+from safeact._storable import refusal
 from safeact.exceptions import StoreError
 
 if typing.TYPE_CHECKING:
@@ -79,6 +85,182 @@ def _structure_decimal(value: object, _: object) -> decimal.Decimal:
     return decimal.Decimal(value)
 
 
+def _structure_float(value: object, _: object) -> float:
+    """A number as it was: ``3`` stays an int under ``float`` (which accepts ints, PEP 484)."""
+    if type(value) not in (int, float):
+        raise TypeError(f"expected a number, got {value!r}")
+    return cast("float", value)
+
+
+_FOLD = "[fold=1]"
+
+
+def _unstructure_datetime(value: dt.datetime) -> str:
+    """ISO 8601, then the zone's name in brackets (RFC 9557) for a ``ZoneInfo``, then the fold.
+
+    The offset alone would replay an ``Europe/Paris`` time as a fixed ``+01:00``, and
+    ``fold`` (which of a repeated hour's two times) is in no ISO form.
+    """
+    text = value.isoformat()
+    if isinstance(value.tzinfo, zoneinfo.ZoneInfo) and value.tzinfo.key is not None:
+        text = f"{text}[{value.tzinfo.key}]"
+    return f"{text}{_FOLD}" if value.fold else text
+
+
+def _structure_datetime(value: object, _: object) -> dt.datetime:
+    if not isinstance(value, str):
+        raise TypeError(f"expected an ISO 8601 date and time, got {value!r}")
+    text, fold = (value[: -len(_FOLD)], 1) if value.endswith(_FOLD) else (value, 0)
+    zone = None
+    if text.endswith("]") and "[" in text:
+        text, _, name = text[:-1].rpartition("[")
+        zone = zoneinfo.ZoneInfo(name)
+    parsed = dt.datetime.fromisoformat(text)
+    if zone is None:
+        return parsed.replace(fold=fold)
+    rebuilt = parsed.replace(tzinfo=zone, fold=fold)
+    if rebuilt.utcoffset() != parsed.utcoffset():
+        raise ValueError(
+            f"{text} is not a time in {zone.key} (its rules here give offset {rebuilt.utcoffset()})"
+        )
+    return rebuilt
+
+
+def _has_late_fields(cls: object) -> bool:
+    """Whether ``cls`` is an attrs class or dataclass with fields ``__init__`` does not take."""
+    if isinstance(cls, type) and attrs.has(cls):
+        return not all(field.init for field in attrs.fields(cls))
+    return dataclasses.is_dataclass(cls) and not all(
+        field.init for field in dataclasses.fields(cls)
+    )
+
+
+def _late_fields(cls: type[Any]) -> dict[str, Any]:
+    """The ``init=False`` fields of ``cls`` and their types."""
+    if attrs.has(cls):
+        attrs.resolve_types(cls)
+        return {field.name: field.type for field in attrs.fields(cls) if not field.init}
+    hints = typing.get_type_hints(cls)
+    return {field.name: hints[field.name] for field in dataclasses.fields(cls) if not field.init}
+
+
+def _late_unstructure_hook(cls: type[Any]) -> Callable[[Any], dict[str, Any]]:
+    """Write ``init=False`` fields too: a replay would otherwise have only their defaults."""
+    init = make_dict_unstructure_fn(cls, _converter)
+    late = {name: _converter.get_unstructure_hook(kind) for name, kind in _late_fields(cls).items()}
+
+    def unstructure(value: Any) -> dict[str, Any]:
+        data = init(value)
+        for name, hook in late.items():
+            if hasattr(value, name):  # a field never set stays unset after a replay
+                data[name] = hook(getattr(value, name))
+        return data
+
+    return unstructure
+
+
+def _late_structure_hook(cls: type[Any]) -> Callable[[Any, Any], Any]:
+    """Build through ``__init__``, then set the ``init=False`` fields as they were stored."""
+    init = make_dict_structure_fn(cls, _converter)
+    late = {
+        name: (_converter.get_structure_hook(kind), kind)
+        for name, kind in _late_fields(cls).items()
+    }
+
+    def structure(data: Any, _: object) -> Any:
+        if not isinstance(data, dict):
+            raise TypeError(f"expected an object, got {data!r}")
+        value = init({name: item for name, item in data.items() if name not in late}, cls)
+        for name, (hook, kind) in late.items():
+            if name in data:
+                # object.__setattr__: the field may be frozen; it was set so before it was stored.
+                object.__setattr__(value, name, hook(data[name], kind))
+        return value
+
+    return structure
+
+
+_SUBCLASS = "safeact:class"
+"""The member naming an instance's class when it is a subclass of the annotated one."""
+
+
+def _is_record_class(cls: object) -> bool:
+    """Whether ``cls`` is an attrs class, a dataclass or a pydantic model: stored by fields."""
+    return isinstance(cls, type) and (
+        attrs.has(cls) or dataclasses.is_dataclass(cls) or _is_pydantic_model(cls)
+    )
+
+
+def _class_unstructure_hook(cls: type[Any]) -> Callable[[Any], Any]:
+    """Write an instance by its fields; a subclass's instance by its own, with its class named.
+
+    Written as the annotated class, a subclass instance would replay as the base, its own
+    fields lost.
+    """
+    if _is_pydantic_model(cls):
+        own = _model_unstructure_hook(cls)
+    elif _has_late_fields(cls):
+        own = _late_unstructure_hook(cls)
+    else:
+        own = make_dict_unstructure_fn(cls, _converter)
+
+    def unstructure(value: Any) -> Any:
+        kind = type(value)
+        if kind is cls or not issubclass(kind, cls):
+            return own(value)
+        return {**_converter.get_unstructure_hook(kind)(value), _SUBCLASS: _class_name(kind)}
+
+    return unstructure
+
+
+def _class_structure_hook(cls: type[Any]) -> Callable[[Any, Any], Any]:
+    """Read an instance written by ``_class_unstructure_hook``, a subclass's as that subclass."""
+    if _is_pydantic_model(cls):
+        own = _model_structure_hook(cls)
+    elif _has_late_fields(cls):
+        own = _late_structure_hook(cls)
+    else:
+        own = make_dict_structure_fn(cls, _converter)
+
+    def structure(data: Any, _: object) -> Any:
+        if not isinstance(data, dict) or _SUBCLASS not in data:
+            return own(data, cls)
+        kind = _subclass(cls, data[_SUBCLASS])
+        fields = {name: item for name, item in data.items() if name != _SUBCLASS}
+        return _converter.get_structure_hook(kind)(fields, kind)
+
+    return structure
+
+
+def _class_name(cls: type[Any]) -> str:
+    return f"{cls.__module__}:{cls.__qualname__}"
+
+
+def _subclass(base: type[Any], name: object) -> type[Any]:
+    """The subclass of ``base`` called ``name`` (``module:qualname``), its module imported.
+
+    Raises:
+        TypeError: no such subclass (the class was renamed, moved, or defined in a function
+            that has not run in this process).
+
+    """
+    if isinstance(name, str):
+        module, _, _ = name.partition(":")
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)  # the application's own module, as pickle does
+        pending = [base]
+        while pending:
+            for kind in pending.pop().__subclasses__():
+                if _class_name(kind) == name:
+                    return kind
+                pending.append(kind)
+    raise TypeError(
+        f"the result was stored as {name!r}, which is not a subclass of "
+        f"{_class_name(base)} that this process knows (renamed, moved, or defined inside a "
+        "function that has not run)"
+    )
+
+
 def _json_order(item: JSON) -> tuple[int, float | str]:
     """A total order on JSON values, the same in every process (unlike a set's own order)."""
     match item:
@@ -127,8 +309,9 @@ def _model_unstructure_hook(model: type[Any]) -> Callable[[Any], JSON]:
     adapter: TypeAdapter[Any] = TypeAdapter(model)
 
     def unstructure(value: Any) -> JSON:
-        dumped: JSON = adapter.dump_python(value, mode="json")
-        return _sort_sets(adapter.dump_python(value, mode="python"), dumped)
+        # By alias: the model validates its JSON by alias, so a field with one reads back.
+        dumped: JSON = adapter.dump_python(value, mode="json", by_alias=True)
+        return _sort_sets(adapter.dump_python(value, mode="python", by_alias=True), dumped)
 
     return unstructure
 
@@ -189,11 +372,14 @@ _converter.register_structure_hook(uuid.UUID, _structure_uuid)
 _converter.register_unstructure_hook(uuid.UUID, str)
 _converter.register_structure_hook(decimal.Decimal, _structure_decimal)
 _converter.register_unstructure_hook(decimal.Decimal, str)
+_converter.register_structure_hook(float, _structure_float)
+_converter.register_structure_hook(dt.datetime, _structure_datetime)
+_converter.register_unstructure_hook(dt.datetime, _unstructure_datetime)
 _converter.register_unstructure_hook_factory(
     lambda cls: is_any_set(cls) or is_abstract_set(cls), _set_unstructure_hook
 )
-_converter.register_structure_hook_factory(_is_pydantic_model, _model_structure_hook)
-_converter.register_unstructure_hook_factory(_is_pydantic_model, _model_unstructure_hook)
+_converter.register_structure_hook_factory(_is_record_class, _class_structure_hook)
+_converter.register_unstructure_hook_factory(_is_record_class, _class_unstructure_hook)
 _converter.register_structure_hook_func(_note_seen, _never)
 _converter.register_unstructure_hook_func(_note_seen, _never)
 
@@ -327,7 +513,13 @@ def _checked(from_json: Callable[[Any], object]) -> Callable[[Any, type[Any]], o
     """Wrap a ``register_type`` decoder so that what it returns is the type asked for."""
 
     def structure(value: object, cls: type[Any]) -> object:
-        rebuilt = from_json(value)
+        try:
+            rebuilt = from_json(value)
+        except Exception as exc:
+            # Said here, or the error reads as though the stored value were at fault.
+            raise TypeError(
+                f"the from_json registered for {_show_type(cls)} raised {_explain(exc)}"
+            ) from exc
         if not isinstance(rebuilt, cls):
             raise TypeError(
                 f"from_json of {_show_type(cls)} returned {_show(rebuilt)}, not a {_show_type(cls)}"
@@ -371,6 +563,22 @@ def check_return_type(fn: Callable[..., object], tool: str) -> object:
             f"{tool} returns {return_type!r}; a stored result must be a value, not something "
             "to await or iterate: return the materialised value (a list, say)"
         )
+    body = inspect.unwrap(fn)
+    if inspect.isgeneratorfunction(body) or inspect.isasyncgenfunction(body):
+        raise TypeError(
+            f"{tool} is a generator function: calling it returns a generator, not the "
+            f"{_show_type(return_type)} it is annotated with, and a generator cannot be "
+            "stored; return the materialised value (return list(...), say)"
+        )
+    try:
+        refused = refusal(return_type, own_rule=_registered.__contains__)
+    except TypeError as exc:
+        raise TypeError(f"{tool}: {exc}") from exc
+    if refused is not None:
+        raise TypeError(
+            f"{tool} returns {_show_type(return_type)}, whose results would not replay "
+            f"exactly: {refused}"
+        )
     try:
         _converter.get_structure_hook(return_type)
         _converter.get_unstructure_hook(return_type)
@@ -400,6 +608,7 @@ def encode(value: object, return_type: Any) -> JSON:
         stored = _through_json(hooks.unstructure(value))
         rebuilt = hooks.structure(stored, return_type)
         same = _same_json(_through_json(hooks.unstructure(rebuilt)), stored)
+        lost = difference(value, rebuilt, opaque=_stored_by_user_rule) if same else None
     except Exception as exc:
         # A value too long (int digits), too deep (RecursionError), half-built (missing
         # attributes) or raising from its own methods: the action ran all the same.
@@ -409,7 +618,14 @@ def encode(value: object, return_type: Any) -> JSON:
             f"{_show(value)} does not fit {_show_type(return_type)}: "
             f"it would replay as {_show(rebuilt)}"
         )
+    if lost is not None:
+        raise ResultNotStorableError(f"it would not replay as itself: {lost}")
     return stored
+
+
+def _stored_by_user_rule(value: object) -> bool:
+    """Whether ``value`` is stored by a ``register_type`` rule, which checked its JSON."""
+    return any(isinstance(value, cls) for cls in _registered)
 
 
 def encode_untyped(value: object) -> JSON:
@@ -430,8 +646,9 @@ def encode_untyped(value: object) -> JSON:
 
 
 _RESTORE = (
-    "The action already ran and is not run again; to replay it, restore the return type "
-    "it was stored under"
+    "The action already ran and is not run again. If the tool's return type changed since "
+    "the result was stored, restore it; if not, the stored result is wrong (edited by hand, "
+    "or misread by a register_type from_json): correct it with safeact amend"
 )
 
 
@@ -448,7 +665,7 @@ def decode(stored: JSON, return_type: Any, *, key: str, tool: str, fix: str | No
         key: the key, named in the error.
         tool: the tool's name, named in the error.
         fix: what the error advises; by default, to restore the return type the result was
-            stored under (right for a result the tool stored itself).
+            stored under or else to amend the result (right for a result the tool stored).
 
     Raises:
         StoreError: the stored JSON does not rebuild as ``return_type``, or would rebuild

@@ -490,6 +490,15 @@ class _Guard(Generic[T_co]):
         caller's outcome says ``recorded=False``.
         """
         record, state = finish.record, finish.state
+        if finish.doubt_reason is DoubtReason.RESULT_NOT_STORED:
+            # The caller's Succeeded(recorded=False) has no room for why: say it here.
+            logger.warning(
+                "%s: key %r: %s; the key is left in doubt: resolve it with the value the "
+                "caller got (safeact resolve --happened --result)",
+                self.name,
+                record.key,
+                finish.error_message,
+            )
         try:
             written = self.store._finish(
                 record.key,

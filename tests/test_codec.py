@@ -259,11 +259,14 @@ class PricedLine(Line):
     discount: decimal.Decimal
 
 
-def test_instance_of_a_subclass_is_stored_as_the_annotated_class(store: Store) -> None:
-    """A tool annotated -> Line that returns a subclass stores, and replays, the Line fields."""
-    tool = tool_returning(store, Line, PricedLine("a", decimal.Decimal(2), decimal.Decimal(1)))
+def test_instance_of_a_subclass_replays_as_that_subclass(store: Store) -> None:
+    """A tool annotated -> Line that returns a subclass replays the subclass, all its fields."""
+    priced = PricedLine("a", decimal.Decimal(2), decimal.Decimal(1))
+    tool = tool_returning(store, Line, priced)
     tool("k")
-    assert tool("k") == Succeeded("k", Line("a", decimal.Decimal(2)), replayed=True)
+    replayed = tool("k")
+    assert replayed == Succeeded("k", priced, replayed=True)
+    assert type(replayed.unwrap()) is PricedLine
 
 
 def test_why_a_result_is_not_storable_is_recorded(store: Store) -> None:
@@ -298,8 +301,9 @@ def test_store_error_says_why_the_stored_result_does_not_fit(
     with pytest.raises(StoreError) as caught:
         tool_returning(store, new_type, None)("k")
     fix = (
-        "The action already ran and is not run again; "
-        "to replay it, restore the return type it was stored under"
+        "The action already ran and is not run again. If the tool's return type changed "
+        "since the result was stored, restore it; if not, the stored result is wrong (edited "
+        "by hand, or misread by a register_type from_json): correct it with safeact amend"
     )
     assert str(caught.value).endswith(f": {why}. {fix}")
 

@@ -1,0 +1,429 @@
+"""Every return type either replays exactly or is refused when the tool is made.
+
+Exactly: an equal value of the same type, subclasses, ``init=False`` fields, zones and
+``fold`` included. Refused: a ``TypeError`` from ``safe()`` that names the part and what to
+write instead (``Any`` inside, mixed mapping keys, secrets, state a model's JSON leaves out).
+"""
+
+import dataclasses
+import datetime as dt
+import decimal
+import enum
+import logging
+import typing
+import zoneinfo
+from collections.abc import Iterator
+from typing import Any, Optional, cast
+
+import attrs
+import pydantic
+import pytest
+from hypothesis import event, given, settings
+from hypothesis import strategies as st
+
+from safeact import SafeTool, StoreError, Succeeded
+from safeact._codec import check_return_type, decode, encode, register_type
+from safeact._exact import difference
+from safeact._store import Store
+from tests.test_codec import tool_returning
+
+
+def refusal_of(return_type: object) -> str:
+    """The TypeError a tool annotated ``-> return_type`` is refused with when it is made."""
+
+    def act(key: str) -> Any:
+        raise AssertionError
+
+    act.__annotations__["return"] = return_type
+    with pytest.raises(TypeError) as refused:
+        check_return_type(act, "act")
+    return str(refused.value)
+
+
+def replayed(store: Store, return_type: object, value: object) -> Any:
+    """What a tool annotated ``-> return_type`` that returned ``value`` replays."""
+    tool = tool_returning(store, return_type, value)
+    assert tool("k") == Succeeded("k", value)
+    again = tool("k")
+    assert isinstance(again, Succeeded)
+    assert again.replayed
+    return again.value
+
+
+class Secret(pydantic.BaseModel):
+    token: pydantic.SecretStr
+
+
+class Excluded(pydantic.BaseModel):
+    shown: int
+    hidden: int = pydantic.Field(default=0, exclude=True)
+
+
+class Private(pydantic.BaseModel):
+    shown: int
+    _cache: int = pydantic.PrivateAttr(default=0)
+
+
+class Open(pydantic.BaseModel):
+    model_config = pydantic.ConfigDict(extra="allow")
+    shown: int
+
+
+class Loose(pydantic.BaseModel):
+    payload: dict[str, Any]
+
+
+class Pair(enum.Enum):
+    ORIGIN = (0, 0)
+
+
+class Perm(enum.IntFlag):
+    READ = 1
+
+
+@pytest.mark.parametrize(
+    ("return_type", "named"),
+    [
+        pytest.param(dict[str, Any], "Any in the result's values", id="dict-of-any"),
+        pytest.param(dict, "bare dict", id="bare-dict"),
+        pytest.param(list, "bare list", id="bare-list"),
+        pytest.param(Optional[Any], "Any in the result", id="optional-any"),  # noqa: UP045 - the spelling users write
+        pytest.param(list[tuple[int, Any]], "Any in the result's items[1]", id="any-in-a-tuple"),
+        pytest.param(Loose, "Any in tests.test_exact_replay.Loose.payload", id="any-in-a-model"),
+        pytest.param(dict[str | int, int], "keys typed str | int", id="mixed-keys"),
+        pytest.param(dict[tuple[int, int], int], "keys typed tuple[int, int]", id="tuple-keys"),
+        pytest.param(dict[Perm, int], "keys typed tests.test_exact_replay.Perm", id="flag-keys"),
+        pytest.param(Pair, "member ORIGIN whose value (0, 0)", id="enum-tuple-values"),
+        pytest.param(Secret, "SecretStr in tests.test_exact_replay.Secret.token", id="secret"),
+        pytest.param(Excluded, "Excluded.hidden is excluded", id="excluded-field"),
+        pytest.param(Private, "private attributes (_cache)", id="private-attribute"),
+        pytest.param(Open, "allows extra fields", id="extra-fields"),
+    ],
+)
+def test_a_type_that_would_not_replay_exactly_is_refused_when_the_tool_is_made(
+    return_type: object, named: str
+) -> None:
+    """The refusal names the part of the type and says what to write instead."""
+    message = refusal_of(return_type)
+    assert named in message
+    assert "would not replay exactly" in message
+
+
+def test_a_secret_is_never_stored_as_its_mask() -> None:
+    """The refusal of a SecretStr says why: the ledger would hold, and replay, the mask."""
+    assert "only its mask" in refusal_of(Secret)
+
+
+def test_a_generator_function_is_refused_whatever_it_is_annotated() -> None:
+    """A generator function annotated -> list[int] would hand its caller a spent generator."""
+
+    def numbers(key: str) -> Iterator[int]:
+        yield 1
+
+    numbers.__annotations__["return"] = list[int]
+    with pytest.raises(TypeError, match="generator function"):
+        check_return_type(numbers, "numbers")
+
+
+@attrs.define
+class Node:
+    value: int
+    children: list["Node"]
+
+
+def test_a_recursive_attrs_class_replays(store: Store) -> None:
+    """A class whose fields hold itself (a tree) is stored and replayed, not refused."""
+    tree = Node(1, [Node(2, []), Node(3, [Node(4, [])])])
+    assert replayed(store, Node, tree) == tree
+
+
+@attrs.define
+class Counter:
+    start: int
+    total: int = attrs.field(init=False, default=0)
+
+
+@dataclasses.dataclass
+class Tally:
+    start: int
+    total: int = dataclasses.field(init=False, default=0)
+
+
+@pytest.mark.parametrize("kind", [Counter, Tally])
+def test_a_field_set_after_init_replays_as_set(store: Store, kind: Any) -> None:
+    """An init=False field comes back with the value it had, not its default."""
+    counted = kind(1)
+    counted.total = 41
+    assert replayed(store, kind, counted).total == 41
+
+
+@dataclasses.dataclass(frozen=True)
+class Shape:
+    name: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Circle(Shape):
+    radius: float
+
+
+def test_a_dataclass_subclass_replays_as_itself_inside_a_list(store: Store) -> None:
+    """Subclass instances inside a container replay as their own class, fields and all."""
+    shapes = [Shape("dot"), Circle("wheel", 2.5)]
+    got = replayed(store, list[Shape], shapes)
+    assert got == shapes
+    assert [type(shape) for shape in got] == [Shape, Circle]
+
+
+class Aliased(pydantic.BaseModel):
+    first_name: str = pydantic.Field(alias="firstName")
+
+
+def test_a_model_with_aliases_replays(store: Store) -> None:
+    """A model whose fields have aliases is stored by alias, as it reads its JSON back."""
+    person = Aliased(firstName="Ada")
+    assert replayed(store, Aliased, person) == person
+
+
+@pytest.mark.parametrize("number", [3, 3.0, -0.0])
+def test_a_number_under_float_replays_as_it_was(store: Store, number: float) -> None:
+    """``3`` under ``-> float`` replays as the int 3 (PEP 484 lets float take ints), 3.0 as 3.0."""
+    got = replayed(store, float, number)
+    assert (got, type(got), str(got)) == (number, type(number), str(number))
+
+
+PARIS = zoneinfo.ZoneInfo("Europe/Paris")
+
+
+@pytest.mark.parametrize(
+    "moment",
+    [
+        pytest.param(dt.datetime(2026, 7, 1, 12, tzinfo=PARIS), id="zone"),
+        pytest.param(dt.datetime(2026, 10, 25, 2, 30, tzinfo=PARIS, fold=1), id="zone-second-2-30"),
+        pytest.param(dt.datetime(2026, 10, 25, 2, 30, fold=1), id="naive-fold"),  # noqa: DTZ001 - naive on purpose
+        pytest.param(
+            dt.datetime(2026, 7, 1, 12, tzinfo=dt.timezone(dt.timedelta(hours=-3))), id="offset"
+        ),
+    ],
+)
+def test_a_datetime_replays_in_its_zone_and_fold(store: Store, moment: dt.datetime) -> None:
+    """A zone's name and ``fold`` come back: Europe/Paris is not a fixed +02:00."""
+    got = replayed(store, dt.datetime, moment)
+    assert isinstance(got, dt.datetime)
+    assert (got, got.tzinfo, got.fold) == (moment, moment.tzinfo, moment.fold)
+
+
+def test_a_result_of_another_type_says_why_it_was_not_recorded(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A ``str`` from ``-> int``: Succeeded(recorded=False), and a warning that says why."""
+    tool = tool_returning(store, int, "12")
+    with caplog.at_level(logging.WARNING, logger="safeact"):
+        outcome = tool("k")
+    assert outcome == Succeeded("k", "12", recorded=False)
+    assert any(
+        "'12' does not fit int" in record.getMessage() and "resolve" in record.getMessage()
+        for record in caplog.records
+        if record.name == "safeact"
+    )
+
+
+def test_a_value_whose_zone_pydantic_would_drop_is_not_stored() -> None:
+    """Pydantic writes a datetime by its offset: a zoned one in a model is refused, not bent."""
+
+    class Meeting(pydantic.BaseModel):
+        at: dt.datetime
+
+    with pytest.raises(Exception, match=r"would not replay as itself: result\.at"):
+        encode(Meeting(at=dt.datetime(2026, 7, 1, 12, tzinfo=PARIS)), Meeting)
+
+
+# The property: a return type drawn from the whole grammar replays exactly, or is refused.
+
+SCALARS: list[tuple[object, st.SearchStrategy[Any]]] = [
+    (int, st.integers()),
+    (float, st.floats(allow_nan=False, allow_infinity=False) | st.integers(-9, 9)),
+    (str, st.text(max_size=5)),
+    (bool, st.booleans()),
+    (decimal.Decimal, st.decimals(allow_nan=False, allow_infinity=False, places=2)),
+    (dt.datetime, st.datetimes(timezones=st.none() | st.just(dt.UTC) | st.timezones())),
+    (Any, st.integers() | st.text(max_size=3)),
+]
+"""Field types and their values; ``Any`` is there to be refused."""
+
+
+@st.composite
+def field_kinds(draw: st.DrawFn) -> tuple[object, st.SearchStrategy[Any]]:
+    annotation, values = draw(st.sampled_from(SCALARS))
+    wrap = draw(st.sampled_from(["plain", "list", "dict", "mixed-dict", "optional"]))
+    if wrap == "list":
+        return list[annotation], st.lists(values, max_size=2)  # type: ignore[valid-type] # built at run time
+    if wrap == "dict":
+        return dict[str, annotation], st.dictionaries(st.text(max_size=2), values, max_size=2)  # type: ignore[valid-type] # built at run time
+    if wrap == "mixed-dict":
+        keys = st.text(max_size=2) | st.integers(0, 3)
+        return dict[str | int, annotation], st.dictionaries(keys, values, max_size=2)  # type: ignore[valid-type] # built at run time
+    if wrap == "optional":
+        return Optional[annotation], st.none() | values  # noqa: UP045 - built at run time
+    return annotation, values
+
+
+_classes_made = iter(range(10**9))
+
+
+@st.composite
+def record_classes(draw: st.DrawFn) -> tuple[type[Any], st.SearchStrategy[Any]]:
+    """An attrs class, dataclass or pydantic model, maybe with a subclass, and its values."""
+    flavour = draw(st.sampled_from(["attrs", "dataclass", "pydantic"]))
+    kinds = draw(st.lists(field_kinds(), min_size=1, max_size=3))
+    names = [f"f{i}" for i in range(len(kinds))]
+    late = flavour != "pydantic" and draw(st.booleans())
+    excluded = flavour == "pydantic" and draw(st.booleans())
+    name = f"Drawn{next(_classes_made)}"
+    if flavour == "attrs":
+        fields: dict[str, Any] = {
+            n: attrs.field(type=cast("type", k)) for n, (k, _) in zip(names, kinds, strict=True)
+        }
+        if late:
+            fields["late"] = attrs.field(type=int, init=False, default=0)
+        base: type[Any] = attrs.make_class(name, fields)
+        sub: type[Any] = attrs.make_class(
+            f"{name}Sub", {"extra": attrs.field(type=int)}, bases=(base,)
+        )
+    elif flavour == "dataclass":
+        specs: list[Any] = [(n, k) for n, (k, _) in zip(names, kinds, strict=True)]
+        if late:
+            specs.append(("late", int, dataclasses.field(init=False, default=0)))
+        base = dataclasses.make_dataclass(name, specs)
+        sub = dataclasses.make_dataclass(f"{name}Sub", [("extra", int)], bases=(base,))
+    else:
+        model_fields: dict[str, Any] = {n: (k, ...) for n, (k, _) in zip(names, kinds, strict=True)}
+        if excluded:
+            model_fields["hidden"] = (int, pydantic.Field(default=0, exclude=True))
+        base = pydantic.create_model(name, **model_fields)
+        sub = pydantic.create_model(f"{name}Sub", __base__=base, extra=(int, ...))
+    for made in (base, sub):
+        made.__module__ = __name__
+        globals()[made.__qualname__] = made  # a replay finds subclasses by module and name
+
+    def instances(cls: type[Any], *extra: str) -> st.SearchStrategy[Any]:
+        given = {n: v for n, (_, v) in zip(names, kinds, strict=True)}
+        given.update(dict.fromkeys(extra, st.integers()))
+        built = st.builds(cls, **given)
+        if late:
+            return st.tuples(built, st.integers()).map(lambda pair: _set_late(*pair))
+        return built
+
+    return base, instances(base) | instances(sub, "extra")
+
+
+def _set_late(value: Any, late: int) -> Any:
+    object.__setattr__(value, "late", late)
+    return value
+
+
+@settings(max_examples=150)
+@given(st.data())
+def test_every_return_type_replays_exactly_or_is_refused_when_made(data: st.DataObject) -> None:
+    """Never a third outcome: a type accepted when the tool is made replays every value exactly."""
+    cls, values = data.draw(record_classes(), label="class")
+    annotation = data.draw(st.sampled_from([cls, list[cls], Optional[cls]]), label="annotation")  # type: ignore[valid-type] # noqa: UP045 - built at run time
+
+    def act(key: str) -> Any:
+        raise AssertionError
+
+    act.__annotations__["return"] = annotation
+    try:
+        check_return_type(act, "act")
+    except TypeError:
+        event("refused when made")
+        return
+    value = data.draw(values, label="value")
+    if annotation is not cls:
+        value = [value] if typing_origin(annotation) is list else value
+    if _pydantic_drops_zone(value):
+        event("a zone in a model")
+        return  # pydantic's own datetime JSON: refused per value, tested above
+    event("replayed a subclass" if type(value).__name__.endswith("Sub") else "replayed")
+    got = decode(encode(value, annotation), annotation, key="k", tool="act")
+    assert difference(value, got, opaque=lambda _: False) is None
+
+
+def typing_origin(annotation: object) -> object:
+    return typing.get_origin(annotation)
+
+
+def _pydantic_drops_zone(value: object) -> bool:
+    if not isinstance(value, pydantic.BaseModel):
+        return False
+    return any(
+        isinstance(item, dt.datetime) and (item.fold or isinstance(item.tzinfo, zoneinfo.ZoneInfo))
+        for item in _leaves(value.model_dump())
+    )
+
+
+def _leaves(value: object) -> Iterator[object]:
+    if isinstance(value, dict):
+        for item in value.values():
+            yield from _leaves(item)
+    elif isinstance(value, list | tuple | set):
+        for item in value:
+            yield from _leaves(item)
+    else:
+        yield value
+
+
+class Money:
+    def __init__(self, cents: int) -> None:
+        self.cents = cents
+
+
+register_type(Money, to_json=lambda money: money.cents, from_json=Money)
+
+
+def test_a_registered_type_is_compared_by_its_own_rule(store: Store) -> None:
+    """A type taught with register_type has no __eq__: its JSON check is the whole check."""
+    got = replayed(store, Money, Money(250))
+    assert isinstance(got, Money)
+    assert got.cents == 250
+
+
+def test_safe_refuses_at_decoration(store: Store) -> None:
+    """The refusal comes from safe() itself, before any call: the tool is never made."""
+
+    def act(key: str) -> dict[str, Any]:
+        return {}
+
+    with pytest.raises(TypeError, match="would not replay exactly"):
+        SafeTool(act, store)
+
+
+class Cents:
+    def __init__(self, cents: int) -> None:
+        self.cents = cents
+
+
+def _cents(data: Any) -> Cents:
+    if not isinstance(data, int):
+        raise TypeError(f"cents must be a whole number, got {data!r}")
+    return Cents(data)
+
+
+register_type(Cents, to_json=lambda money: money.cents, from_json=_cents)
+
+
+def test_a_from_json_that_raises_is_named_and_amend_is_advised(store: Store) -> None:
+    """When a registered from_json cannot read what is stored, the error says so, not 'restore'."""
+    tool_returning(store, str, "twelve")("k")
+    with pytest.raises(StoreError) as refused:
+        tool_returning(store, Cents, None)("k")
+    message = str(refused.value)
+    assert "the from_json registered for tests.test_exact_replay.Cents raised TypeError" in message
+    assert "correct it with safeact amend" in message
+
+
+def test_a_result_edited_to_null_advises_amend(store: Store) -> None:
+    """A stored null under a type that takes no None: the advice covers a wrong stored value."""
+    tool_returning(store, int | None, None)("k")
+    with pytest.raises(StoreError, match="if not, the stored result is wrong"):
+        tool_returning(store, int, None)("k")
