@@ -30,12 +30,12 @@ from safeact import (
 )
 from safeact._codec import (
     ResultNotStorableError,
-    _converter,
     _hooks,
     _same_json,
     decode,
     encode,
 )
+from safeact._json_rules import converter
 from safeact._protocol import JSON
 
 
@@ -485,7 +485,7 @@ def test_a_registration_drops_the_hooks_looked_up_before() -> None:
     encode(Fee(1), Fee)
     register_type(Stamp, to_json=lambda _: None, from_json=lambda _: Stamp())
     hooks = _hooks(Fee)
-    now = (_converter.get_structure_hook(Fee), _converter.get_unstructure_hook(Fee))
+    now = (converter.get_structure_hook(Fee), converter.get_unstructure_hook(Fee))
     assert (hooks.structure, hooks.unstructure) == now
 
 
