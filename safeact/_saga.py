@@ -73,7 +73,9 @@ class Saga:
         KeyConflictError: a re-run takes other steps than the ledger recorded; nothing new
             runs and nothing is compensated.
         SafeError: from the block's end, when it ended without reaching every step an
-            earlier run recorded; the saga is not completed and stays running.
+            earlier run recorded; the saga is not completed and stays running. From
+            ``step`` called outside the block (before it began or after it ended): nothing
+            runs.
 
     """
 
@@ -174,8 +176,12 @@ class Saga:
                 step's arguments differ from that run's. Nothing runs or is compensated.
             TypeError, ValueError, StoreError: as for a guarded call, or the compensation
                 cannot be a tool; raised before the step runs, and nothing is compensated.
+            SafeError: called outside the saga's ``with`` (or ``async with``) block, before
+                it began or after it ended; nothing runs or is recorded.
 
         """
+        # Raised here, not in the coroutine of an async step, so it needs no awaiting.
+        self._run.check_in_block()
         if isinstance(fn, AsyncSafeTool) or inspect.iscoroutinefunction(fn):
             return self._step_async(fn, args, kwargs, compensate)
         with self._refusing():

@@ -12,7 +12,8 @@ calls each step, between ``begin_step`` and ``settle_step``.
     enter     Begin ─► COMPENSATED ─► Read the steps and undos ─► raise SagaFailed
                     └► RUNNING, COMPLETED, or COMPENSATING (ROLLBACK_INCOMPLETE is taken up again)
 
-    step      begin_step: RecordStep ─► the ledger is undoing the saga and the step has no
+    step      before enter, or after end ─► SafeError: nothing is asked for, nothing runs
+              begin_step: RecordStep ─► the ledger is undoing the saga and the step has no
                           │             outcome to replay (Read) ─► roll back
                           └► the driver calls the step ─► settle_step: Succeeded, stored (Read)
                                                           │            ─► its value
@@ -44,6 +45,7 @@ from safeact.exceptions import KeyConflictError, SafeError
 
 __all__ = [
     "Begin",
+    "Block",
     "Compensate",
     "Done",
     "Move",
@@ -225,6 +227,9 @@ SagaRequest: TypeAlias = Begin | RecordStep | Move | ReadSaga | Read | Rebuild |
 UndoKind: TypeAlias = Literal["compensated", "replayed", "failed", "in_doubt", "unreached"]
 """What became of the compensation of a completed step, as ``SagaFailed`` reports it."""
 
+Block: TypeAlias = Literal["before", "in", "after"]
+"""Where a run's block is: not entered yet, running its code, or ended."""
+
 
 @attrs.frozen
 class Done:
@@ -246,12 +251,14 @@ class SagaRun:
 
     ``state`` is the saga's state as this run knows it, ``recorded`` the steps the ledger had
     when the run entered, ``completed`` the steps that succeeded in this run, oldest first,
-    and ``failure`` the report once this run rolled the saga back.
+    ``failure`` the report once this run rolled the saga back, and ``block`` where the run's
+    block is: not entered yet, running, or ended.
     """
 
     saga_id: str
     ledger: str
     state: SagaState = SagaState.RUNNING
+    block: Block = "before"
     recorded: tuple[str, ...] = ()
     next_index: int = 0
     completed: list[Done] = attrs.Factory(list)
@@ -273,14 +280,33 @@ class SagaRun:
             SagaState.COMPENSATING if saga.state is SagaState.ROLLBACK_INCOMPLETE else saga.state
         )
         self.recorded = saga.steps
+        self.block = "in"
+
+    def check_in_block(self) -> None:
+        """Refuse a step taken outside the run's block, where no saga would record it.
+
+        Raises:
+            SafeError: the block has not been entered yet, or has ended; nothing ran.
+
+        """
+        if self.block == "in":
+            return
+        when = "before its block began" if self.block == "before" else "after its block ended"
+        raise SafeError(
+            f"Saga.step of saga {self.saga_id!r} was called {when}; nothing ran. Call step "
+            "inside the block: `with saga: saga.step(...)`, or with async steps "
+            "`async with saga: await saga.step(...)`"
+        )
 
     def take_index(self) -> int:
         """Number the next step.
 
         Raises:
+            SafeError: the step is taken outside the run's block; nothing ran.
             SagaFailed: this run rolled the saga back: nothing more runs.
 
         """
+        self.check_in_block()
         if self.failure is not None:
             raise self.failure
         self.next_index += 1
@@ -373,6 +399,7 @@ class SagaRun:
                 recorded; the saga stays RUNNING.
 
         """
+        self.block = "after"
         if exc is None:
             if self.state is SagaState.COMPENSATING:
                 raise (yield from self.roll_back())  # the ledger says it is being undone

@@ -32,6 +32,7 @@ or tool.
 
 from __future__ import annotations
 
+import functools
 import inspect
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
@@ -44,6 +45,7 @@ from langchain_core.runnables.config import var_child_runnable_config
 from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.types import interrupt
 
+from safeact._codec import ResultNotStorableError, decode, encode
 from safeact._keyed import (
     KeyPolicy,
     NoRunKeyError,
@@ -65,6 +67,7 @@ from safeact.exceptions import (
     KeyConflictError,
     NotProvenError,
     SafeError,
+    StoreError,
 )
 
 __all__ = ["OnDoubt", "SafeMiddleware", "in_thread", "position", "safe_tool"]
@@ -329,9 +332,42 @@ def _problem(answer: object) -> str | None:  # noqa: PLR0911 - one return per ru
         return '"result" goes only with "happened": true'
     if not isinstance(force, bool) or (force and happened):
         return '"force" is true or false, and only with "happened": false'
-    if attempt_id is not None and not isinstance(attempt_id, str):
-        return '"attempt_id" must be the attempt id from the receipt, a string'
+    if attempt_id is not None and (not isinstance(attempt_id, str) or not attempt_id):
+        return '"attempt_id" must be the attempt id from the receipt, a non-empty string'
     return None
+
+
+def _fitting(tool: _Guarded, key: str, result: object) -> JSON:
+    """Check a verdict's ``result`` for ``key``: it must replay as itself as the return type.
+
+    Returns it as the ledger stores it.
+
+    Raises:
+        TypeError: it does not rebuild as the tool's return type, or not as itself; the
+            message names the key and the return type (nothing was changed).
+
+    """
+    try:
+        rebuilt = decode(
+            cast("JSON", result), tool.return_type, key=key, tool=tool.name, fix=_REFIT
+        )
+        return encode(rebuilt, tool.return_type)
+    except (StoreError, ResultNotStorableError) as exc:
+        if result is None:
+            # The codec's own reason for null is a bare AttributeError or the like.
+            returns = inspect.formatannotation(tool.return_type)
+            raise TypeError(
+                f'the verdict\'s "result" for key {key!r} is null, which does not fit '
+                f"{tool.name}'s return type {returns} (only a tool that may return None "
+                f"takes null). {_REFIT}"
+            ) from exc
+        raise TypeError(f'the verdict\'s "result" does not fit {tool.name}: {exc}') from exc
+
+
+_REFIT = (
+    'Resume with "result" as the value the action returned, in JSON that rebuilds as the '
+    "tool's return type"
+)
 
 
 class _Guard:
@@ -446,7 +482,7 @@ class _Guard:
                 key,
                 happened=True,
                 result=verdict.result,
-                encode=tool._checked_json,  # noqa: SLF001 - the same check resolve makes
+                encode=functools.partial(_fitting, tool, key),
                 tool=tool.name,
                 attempt_id=verdict.attempt_id,
                 note=note,

@@ -19,8 +19,9 @@ What the client gets back: the tool's value as its normal result (text and struc
 content), with ``_meta["io.safeact/replayed"]`` true when it was read back from the ledger
 and nothing ran; or an error result (``isError``) when the action failed (the stored error),
 when it is in doubt (the receipt, and a text telling the model not to call again and a
-person to check), or when the call was refused (no key, or a key recorded for another
-call): nothing ran then.
+person to check), or when the call was refused (no key, a key recorded for another call,
+arguments safeact cannot hash, or a key it cannot store): nothing ran then, and the text
+says why.
 
 Importing this module imports the MCP SDK (about a second); ``import safeact`` does not.
 Install it with the ``safeact[mcp]`` extra.
@@ -143,7 +144,10 @@ def add_tool(  # noqa: PLR0913 - one keyword per choice, all optional
     the function. With ``key``, a key policy makes it from the arguments (e.g.
     ``safeact.template("ticket:{order_id}")``), and what the client sends is not used. A
     call without a key (or with one that is not a non-empty string) is refused with an
-    error result that says how to send one; it never runs unkeyed.
+    error result that says how to send one; it never runs unkeyed. So is a call whose key
+    the ledger cannot store (lone surrogates) or whose arguments safeact cannot hash (an
+    object with no content to compare, a value nested too deeply), and the error result
+    carries the reason: the ``TypeError`` or ``ValueError`` safeact raised.
 
     Results: the value, as text (a ``str`` as it is, anything else as the JSON safeact
     stores) and as structured content (that JSON when it is an object, else
@@ -252,11 +256,11 @@ class _Guard:
         context = arguments.pop(_CONTEXT)
         sent = arguments.pop(self.key_argument) if self.key_argument else _sent_key(context)
         args, kwargs = split_arguments(self.signature, arguments)
-        key = self._key(sent, args, kwargs)
-        if key is None:
-            return _error(self._no_key(sent))
         tool = self.tool
         try:
+            key = self._key(sent, args, kwargs)
+            if key is None:
+                return _error(self._no_key(sent))
             if isinstance(tool, AsyncSafeTool):
                 outcome: Outcome[object] = await tool(key, *args, **kwargs)
             else:
@@ -267,20 +271,33 @@ class _Guard:
                 )
         except KeyConflictError as exc:
             return _error(f"{self.name}: {exc}", {"state": "conflict", **conflict_receipt(exc)})
+        except (TypeError, ValueError, NoRunKeyError) as exc:
+            # Raised before the action runs: arguments the ledger cannot hash, or a key
+            # policy that made no usable key. The SDK would send only "Error executing
+            # tool" (2.x); the client needs the reason.
+            return _error(
+                f"{self.name} refused this call; nothing ran. {type(exc).__name__}: {exc}"
+            )
         return self._result(outcome)
 
     def _key(self, sent: object, args: list[object], kwargs: dict[str, object]) -> str | None:
-        """The call's key: from the policy, or as sent if it is a usable key (else None)."""
+        """The call's key: from the policy, or as sent if it is a non-empty str (else None).
+
+        Raises:
+            TypeError: the arguments cannot be hashed (for the policy's digest).
+            ValueError: the key holds text the ledger cannot store (lone surrogates).
+            NoRunKeyError, TypeError, ValueError: the policy made no usable key.
+
+        """
         if self.policy is not None:
             bound = self.signature.bind(*args, **kwargs)
             bound.apply_defaults()
             digest = self.tool._digest("-", tuple(args), kwargs)  # noqa: SLF001 - the ledger's own hash, as keyed() uses
             made = self.policy(ToolCall(self.tool.name, dict(bound.arguments), digest))
             return check_key(made, "the key")
-        try:
-            return check_key(sent, "the key")
-        except (TypeError, ValueError):
+        if not isinstance(sent, str) or not sent:
             return None
+        return check_key(sent, "the key")
 
     def _no_key(self, sent: object) -> str:
         what = "none" if sent is None else f"{sent!r}, not a non-empty string"

@@ -467,6 +467,42 @@ def test_a_bad_verdict_pauses_again_saying_why(store: Store, tmp_path: Path, ver
     assert tool_messages(done) == [(RESULT_JSON, "call-1", "success")]
 
 
+@pytest.mark.parametrize(
+    ("result", "says"),
+    [
+        (None, "is null, which does not fit refund's return type tests.actions.Receipt"),
+        ({"to": "a"}, "as tests.actions.Receipt from {'to': 'a'}: required field missing"),
+    ],
+    ids=["null", "missing-field"],
+)
+def test_a_result_that_does_not_fit_pauses_again_naming_the_key(
+    store: Store, tmp_path: Path, result: object, says: str
+) -> None:
+    """A verdict's result that does not fit the return type: the new pause says so, by key."""
+    effects = tmp_path / "e"
+    graph = interrupted_run(store, effects, InMemorySaver(), ["interrupt-after"])
+    key = the_pause(graph.invoke(None, thread(), durability="sync"))["key"]
+    verdict = {"happened": True, "result": result}
+    error = the_pause(graph.invoke(Command(resume=verdict), thread(), durability="sync"))["error"]
+    assert error.startswith('the verdict\'s "result" ')
+    assert f"key {key!r}" in error
+    assert says in error
+    assert "'-'" not in error
+    assert "AttributeError" not in error
+    assert store.records()[0].state.value == "in_doubt"
+    assert count_effects(effects, "refund") == 1
+
+
+def test_an_empty_attempt_id_is_not_a_verdict(store: Store, tmp_path: Path) -> None:
+    """A verdict with an empty "attempt_id" pauses again saying the id must be non-empty."""
+    graph = interrupted_run(store, tmp_path / "e", InMemorySaver(), ["interrupt-after"])
+    graph.invoke(None, thread(), durability="sync")
+    verdict = {"happened": True, "result": ARGS, "attempt_id": ""}
+    error = the_pause(graph.invoke(Command(resume=verdict), thread(), durability="sync"))["error"]
+    assert '("attempt_id" must be the attempt id from the receipt, a non-empty string)' in error
+    assert store.records()[0].state.value == "in_doubt"
+
+
 def test_a_verdict_is_not_applied_to_a_later_attempt(store: Store, tmp_path: Path) -> None:
     """After a verdict released the key and the rerun was cut off too, the call pauses anew."""
     effects = tmp_path / "e"

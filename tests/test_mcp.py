@@ -10,6 +10,7 @@ server process (tests/mcp_server_child.py) inside the tool, right after its side
 import contextlib
 import dataclasses
 import importlib
+import ipaddress
 import os
 import subprocess
 import sys
@@ -400,6 +401,65 @@ def test_a_key_recorded_for_other_arguments_is_an_error_result(
     assert (conflict["state"], conflict["key"]) == ("conflict", "k")
     assert conflict["recorded_args_hash"] == record.args_hash != conflict["args_hash"]
     assert count_effects(effects, "refund") == 1
+
+
+def nested(depth: int) -> object:
+    """A list holding a list ... ``depth`` levels deep."""
+    value: object = 1
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+@pytest.mark.parametrize(
+    ("call", "reason"),
+    [
+        (
+            ("by_meta", {"address": "10.0.0.1", "data": 1, "to": "a"}, keyed_by("k")),
+            (
+                "TypeError: store: cannot hash parameter 'address': it is a value of type "
+                "ipaddress.IPv4Address, which safeact cannot compare by content"
+            ),
+        ),
+        (
+            ("by_template", {"data": nested(150), "to": "a"}, None),
+            (
+                "TypeError: store: cannot hash parameter 'data': it holds a value nested "
+                "more than 100 levels deep"
+            ),
+        ),
+        (
+            ("by_template", {"data": 1, "to": "a\ud800"}, None),
+            "ValueError: the key 'store:a\\ud800' is not valid Unicode text",
+        ),
+        (
+            ("by_meta", {"data": 1, "to": "a"}, keyed_by("k\ud800")),
+            "ValueError: the key 'k\\ud800' is not valid Unicode text",
+        ),
+    ],
+    ids=["unhashable", "too-deep", "template-lone-surrogate", "meta-lone-surrogate"],
+)
+def test_a_call_refused_before_it_runs_says_why(
+    store: Store, tmp_path: Path, call: Call, reason: str
+) -> None:
+    """Arguments safeact cannot hash, or a key it cannot store: an error result with the reason."""
+    effects = tmp_path / "effects"
+
+    @safe(store, name="store")
+    def store_value(
+        key: str, data: object, to: str, address: ipaddress.IPv4Address | None = None
+    ) -> int:
+        record_effect(effects, "store")
+        return 1
+
+    server = new_server()
+    add_tool(server, store_value, name="by_meta")
+    add_tool(server, store_value, name="by_template", key=template("store:{to}"))
+    [result] = calls(server, call)
+    assert result["isError"]
+    assert text(result).startswith(f"{call[0]} refused this call; nothing ran. {reason}")
+    assert count_effects(effects, "store") == 0
+    assert store.records() == []
 
 
 class Price(float):

@@ -1,5 +1,6 @@
 """Sagas in one process: reverse compensation, once each, replays, conflicts, the report."""
 
+import contextlib
 import logging
 from collections.abc import Callable
 from pathlib import Path
@@ -11,6 +12,7 @@ from safeact import (
     Failed,
     InDoubt,
     KeyConflictError,
+    SafeError,
     Saga,
     SagaFailed,
     SagaRecord,
@@ -391,11 +393,11 @@ def test_released_compensation_runs_when_the_saga_is_run_again(store: Store) -> 
 
 
 def test_compensation_gets_the_stored_value_in_every_run(store: Store) -> None:
-    """An int returned for a float is undone with 100.0, now and when the rollback resumes."""
+    """An int returned for a float is undone with that int, now and when the rollback resumes."""
     seen: list[object] = []
 
     def charge(key: str, amount: int) -> float:
-        return amount  # an int where a float is promised: stored and replayed as 100.0
+        return amount  # an int where a float is promised (PEP 484 allows it): kept an int
 
     def refund(key: str, value: float) -> None:
         seen.append(value)
@@ -418,8 +420,8 @@ def test_compensation_gets_the_stored_value_in_every_run(store: Store) -> None:
         run()
     assert again.value.replayed == ("s:0:charge",)
     assert again.value.failed == ("s:1:notify",)
-    assert seen == [100.0]
-    assert type(seen[0]) is float
+    assert seen == [100]
+    assert type(seen[0]) is int
 
 
 def test_another_sagas_failure_still_rolls_this_one_back(store: Store) -> None:
@@ -495,6 +497,32 @@ def test_no_step_runs_after_the_saga_was_rolled_back(store: Store) -> None:
             with pytest.raises(SagaFailed):
                 saga.step(bank.act("slow"), 1)
     assert "slow s:2:slow" not in bank.log
+
+
+def test_step_before_the_block_began_is_refused_before_it_runs(store: Store) -> None:
+    """A step taken before the saga's with block is a SafeError; nothing runs or is recorded."""
+    bank = Bank()
+    saga = Saga("s", store)
+    with pytest.raises(SafeError, match=r"before its block began; nothing ran\. .*`with saga:"):
+        saga.step(bank.act("charge"), 50)
+    assert bank.log == []
+    assert store.get_saga("s") is None
+    assert store.get("s:0:charge") is None
+
+
+@pytest.mark.parametrize("ending", ["quietly", "interrupted"])
+def test_step_after_the_block_ended_is_refused_before_it_runs(store: Store, ending: str) -> None:
+    """A step taken after the saga's with block ended, however it ended, is a SafeError."""
+    bank = Bank()
+    saga = Saga("s", store)
+    with contextlib.suppress(KeyboardInterrupt), saga:
+        saga.step(bank.act("charge"), 50)
+        if ending == "interrupted":
+            raise KeyboardInterrupt
+    with pytest.raises(SafeError, match=r"after its block ended; nothing ran\. .*`with saga:"):
+        saga.step(bank.act("send"), 1)
+    assert bank.log == ["charge s:0:charge"]
+    assert store.get("s:1:send") is None
 
 
 def test_resumed_rollback_finishes_even_if_the_block_now_ends_quietly(store: Store) -> None:

@@ -9,7 +9,7 @@ from typing import Any, cast
 
 import pytest
 
-from safeact import KeyConflictError, Saga, SagaFailed, SagaState, Store, safe
+from safeact import KeyConflictError, SafeError, Saga, SagaFailed, SagaState, Store, safe
 from safeact._ledger import Executor
 from safeact._open import StoreHandle
 
@@ -92,6 +92,44 @@ def test_exception_in_an_async_block_rolls_back(store: Store) -> None:
         asyncio.run(run())
     assert caught.value.reason == "ValueError: agent gave up"
     assert backends.log == ["charge s:0:charge", "refund s:0:charge:compensate 500"]
+
+
+def test_async_step_before_the_block_began_is_refused_before_it_runs(store: Store) -> None:
+    """An async step taken before the saga's async with block is a SafeError, with no await."""
+    backends = Backends()
+    saga = Saga("s", store)
+    with pytest.raises(SafeError, match=r"before its block began; nothing ran\. .*`async with"):
+        _ = saga.step(backends.charge, 500)  # raised by the call: no coroutine is left over
+    assert backends.log == []
+    assert store.get_saga("s") is None
+
+
+def test_async_step_after_the_block_ended_is_refused_before_it_runs(store: Store) -> None:
+    """An async step taken after the saga's async with block ended is a SafeError."""
+    backends = Backends()
+
+    async def run() -> object:
+        async with Saga("s", store) as saga:
+            await saga.step(backends.charge, 500)
+        return await saga.step(backends.charge, 600)
+
+    with pytest.raises(SafeError, match=r"after its block ended; nothing ran\. .*`async with"):
+        asyncio.run(run())
+    assert backends.log == ["charge s:0:charge"]
+
+
+def test_async_step_awaited_after_the_block_ended_is_refused(store: Store) -> None:
+    """An async step made in the block but first awaited after it ended does not run."""
+    backends = Backends()
+
+    async def run() -> object:
+        async with Saga("s", store) as saga:
+            late = saga.step(backends.charge, 500)
+        return await late
+
+    with pytest.raises(SafeError, match="after its block ended; nothing ran"):
+        asyncio.run(run())
+    assert backends.log == []
 
 
 def test_async_rerun_taking_another_step_conflicts_without_a_rollback(store: Store) -> None:

@@ -461,7 +461,9 @@ def test_a_compensation_called_in_this_run_is_classed_by_its_outcome_and_record(
 def test_a_run_that_rolled_back_takes_no_more_steps() -> None:
     """Once a run rolled the saga back, asking for another step raises the same report."""
     failure = SagaFailed("s", step=None, outcome=None, reason="GaveUp: ")
-    saga = SagaRun("s", "memory", state=SagaState.COMPENSATED, next_index=1, failure=failure)
+    saga = SagaRun(
+        "s", "memory", state=SagaState.COMPENSATED, next_index=1, failure=failure, block="in"
+    )
     with pytest.raises(SagaFailed) as caught:
         saga.take_index()
     assert failure is caught.value
