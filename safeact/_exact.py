@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as dt
+import decimal
 import math
 import sys
 from collections.abc import Callable, Iterable, Mapping
@@ -31,7 +32,7 @@ def difference(
     such values are compared by type alone, their rule having checked their JSON.
     """
     if type(returned) is not type(rebuilt):
-        return f"{where}: a {_kind(returned)} would replay as a {_kind(rebuilt)}"
+        return _type_change(returned, rebuilt, where)
     if opaque(returned):
         return None
     parts = _parts(returned, rebuilt)
@@ -45,6 +46,14 @@ def difference(
         if found is not None:
             return found
     return None
+
+
+def _type_change(returned: object, rebuilt: object, where: str) -> str:
+    lost = f"{where}: a {_kind(returned)} would replay as a {_kind(rebuilt)}"
+    if isinstance(returned, type(rebuilt)):  # a defaultdict under -> dict[str, int]
+        kind = _kind(rebuilt)
+        return f"{lost}; return a plain {kind} ({kind}(value)) or annotate the subclass"
+    return lost
 
 
 def _parts(  # noqa: PLR0911 - one arm per kind of container
@@ -102,6 +111,8 @@ def _same_scalar(left: Any, right: Any) -> bool:
         )
     if isinstance(left, float):
         return left == right and math.copysign(1.0, left) == math.copysign(1.0, right)
+    if isinstance(left, decimal.Decimal):  # NaN is not == itself; -0 and 0.0 are == 0
+        return str(left) == str(right)
     try:
         return bool(left == right)
     except Exception:  # noqa: BLE001 - a user's __eq__; a value it cannot compare is not the same

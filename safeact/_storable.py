@@ -98,8 +98,9 @@ def _walk(annotation: object, where: str, seen: _Seen) -> str | None:  # noqa: P
     if origin is typing.Literal or annotation is type(None) or annotation == tuple[()]:
         return None
     if origin in _MAPPINGS or (origin is not None and _is_mapping(origin)):
-        key, value = arguments
-        return _key_refusal(key, where) or _walk(value, f"{where}'s values", seen)
+        key, *value = arguments  # Counter[str] names its keys alone
+        found = _key_refusal(key, where)
+        return found or (_walk(value[0], f"{where}'s values", seen) if value else None)
     if origin is not None:
         union = origin in (typing.Union, types.UnionType)
         fixed = origin is tuple and Ellipsis not in arguments

@@ -5,6 +5,7 @@ Exactly: an equal value of the same type, subclasses, ``init=False`` fields, zon
 write instead (``Any`` inside, mixed mapping keys, secrets, state a model's JSON leaves out).
 """
 
+import collections
 import dataclasses
 import datetime as dt
 import decimal
@@ -43,7 +44,9 @@ def refusal_of(return_type: object) -> str:
 def replayed(store: Store, return_type: object, value: object) -> Any:
     """What a tool annotated ``-> return_type`` that returned ``value`` replays."""
     tool = tool_returning(store, return_type, value)
-    assert tool("k") == Succeeded("k", value)
+    first = tool("k")
+    assert isinstance(first, Succeeded)
+    assert first.recorded
     again = tool("k")
     assert isinstance(again, Succeeded)
     assert again.replayed
@@ -427,3 +430,39 @@ def test_a_result_edited_to_null_advises_amend(store: Store) -> None:
     tool_returning(store, int | None, None)("k")
     with pytest.raises(StoreError, match="if not, the stored result is wrong"):
         tool_returning(store, int, None)("k")
+
+
+@pytest.mark.parametrize("number", ["NaN", "-0", "1.50"])
+def test_a_decimal_replays_as_written(store: Store, number: str) -> None:
+    """A Decimal NaN (never == itself), a negative zero and trailing zeros replay as they were."""
+    got = replayed(store, decimal.Decimal, decimal.Decimal(number))
+    assert str(got) == number
+
+
+def test_a_subclass_of_a_builtin_under_its_base_is_not_stored_and_the_fix_is_named(
+    store: Store, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A defaultdict under -> dict[str, int] would replay without its factory: say to convert."""
+    counts = collections.defaultdict(int, {"a": 2})
+    with caplog.at_level(logging.WARNING, logger="safeact"):
+        outcome = tool_returning(store, dict[str, int], counts)("k")
+    assert outcome == Succeeded("k", counts, recorded=False)
+    assert any("return a plain dict (dict(value))" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize(
+    ("return_type", "value"),
+    [
+        pytest.param(collections.Counter[str], collections.Counter("aab"), id="counter"),
+        pytest.param(collections.OrderedDict[str, int], collections.OrderedDict(a=1), id="ordered"),
+        pytest.param(tuple[int, ...], (1, 2), id="tuple"),
+        pytest.param(frozenset[str], frozenset({"b", "a"}), id="frozenset"),
+        pytest.param(bytes, b"\x00\xff", id="bytes"),
+    ],
+)
+def test_containers_and_bytes_replay_as_their_own_type(
+    store: Store, return_type: object, value: object
+) -> None:
+    """Each comes back equal and of its own type: a Counter is not a dict, a tuple not a list."""
+    got = replayed(store, return_type, value)
+    assert (got, type(got)) == (value, type(value))
