@@ -45,6 +45,7 @@ from safeact._cli_text import (
     corrupt_section,
     count_row,
     doubt_table,
+    escaped,
     event_line,
     history_lines,
     late_section,
@@ -62,12 +63,14 @@ from safeact._open import get_store, names_postgres
 from safeact._protocol import NO_RESULT, Record, SagaRecord, SagaState, State, utc_now
 from safeact._reconcile import Probe
 from safeact._schema import migrate
+from safeact._shape import check
 from safeact._sqlite import SqliteStore
 from safeact._store import Store
-from safeact._tool import _Guard
 from safeact.exceptions import CorruptRecordError, SafeError
 
 if TYPE_CHECKING:
+    from _typeshed import SupportsWrite
+
     from safeact._protocol import JSON
 
 __all__ = ["main"]
@@ -94,10 +97,94 @@ class _UsageError(Exception):
 
 
 class _Parser(argparse.ArgumentParser):
-    """An argument parser whose errors are one line: ``safeact: error: ...``."""
+    """An argument parser whose errors are one line: ``safeact: error: ...``.
+
+    Its help is written as the commands' output is: a failure to write it raises
+    ``OSError`` (argparse's own printing would drop it and exit 0).
+    """
+
+    words: Sequence[str] = ()
+    """The words this parser was last given, for the hints of its errors."""
+
+    def parse_known_args(  # type: ignore[override]  # the one overload safeact calls
+        self, args: Iterable[str] | None = None, namespace: argparse.Namespace | None = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        self.words = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(self.words, namespace)
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"safeact: error: {_unechoed(message)} (see `{self.prog} --help`)\n")
+        hint = dash_hint(message, self.words, self._option_string_actions, self.prog)
+        said = _cut_long_words(_unechoed(message))
+        self.exit(2, printable(f"safeact: error: {said}{hint} (see `{self.prog} --help`)") + "\n")
+
+    def print_help(self, file: SupportsWrite[str] | None = None) -> None:
+        (sys.stdout if file is None else file).write(self.format_help())
+
+
+class _Version(argparse.Action):
+    """``--version``: print which safeact, as the commands print (a failure raises)."""
+
+    def __call__(  # an Action's signature, of which only the parser is needed
+        self,
+        parser: argparse.ArgumentParser,
+        namespace: argparse.Namespace,  # noqa: ARG002
+        values: str | Sequence[object] | None,  # noqa: ARG002
+        option_string: str | None = None,  # noqa: ARG002
+    ) -> None:
+        sys.stdout.write(f"safeact {importlib.metadata.version('safeact')}\n")
+        parser.exit()
+
+
+def dash_hint(message: str, words: Sequence[str], options: Iterable[str], prog: str) -> str:
+    """What to add to argparse's ``message`` when a word starting with '-' is its likely cause.
+
+    A KEY that starts with '-' is taken for an option, so KEY is reported missing; a value
+    that does, for an option of its own, so the option is reported without its value.
+    """
+    if message.startswith(_REQUIRED) and "KEY" in message.removeprefix(_REQUIRED).split(", "):
+        before_dashes = words[: words.index("--")] if "--" in words else words
+        known = set(options)
+        taken = [
+            word
+            for word in before_dashes
+            if word.startswith("-")
+            and word.split("=", 1)[0] not in known
+            and not _NEGATIVE_NUMBER.fullmatch(word)
+        ]
+        if not taken:
+            return ""
+        return (
+            "; a KEY that starts with '-' goes last, after `--` (which ends the options): "
+            f"{prog} LEDGER [OPTIONS] -- {escaped(taken[0])}"
+        )
+    if (match := _NO_VALUE.fullmatch(message)) and match[1] in words:
+        option = match[1]
+        after = words.index(option) + 1
+        if after < len(words) and words[after].startswith("-"):
+            value = escaped(words[after])
+            return f"; a value that starts with '-' goes after '=': {option}={value}"
+    return ""
+
+
+_REQUIRED = "the following arguments are required: "
+_NO_VALUE = re.compile(r"argument (--[a-z-]+): expected one argument")
+_NEGATIVE_NUMBER = re.compile(r"-\d+$|-\d*\.\d+$")
+"""What argparse takes for a negative number, not an option (as its own parser does)."""
+
+
+_LONG_WORD = re.compile(r"\S{201,}")
+"""A word of an argparse error too long to be anything but a value typed (or pasted) whole."""
+
+
+def _cut_long_words(message: str) -> str:
+    """Argparse's ``message`` with every word over 200 characters cut, saying how long it was.
+
+    Argparse quotes a value it refuses whole (``invalid choice: '...'``); the values
+    safeact's own parsers refuse are already cut shorter (``echoed``).
+    """
+    return _LONG_WORD.sub(
+        lambda word: f"{word[0][:_ECHOED]}... ({len(word[0]):,} characters)", message
+    )
 
 
 _UNRECOGNIZED = "unrecognized arguments: "
@@ -130,6 +217,11 @@ def moment(text: str) -> datetime:
     """A point in time: an age before now (``30d``, units s, m, h, d, w) or an ISO date/time.
 
     A time without a zone is UTC.
+
+    Raises:
+        argparse.ArgumentTypeError: neither, or a time outside the years 1 to 9999 in UTC
+            (the ledger keeps times in UTC).
+
     """
     text = text.strip()
     if match := _AGE.fullmatch(text):
@@ -137,16 +229,25 @@ def moment(text: str) -> datetime:
             return utc_now() - timedelta(seconds=int(match[1]) * _UNITS[match[2]])
         except OverflowError:
             raise argparse.ArgumentTypeError(
-                f"{text!r} reaches back before the year 1: give a shorter age or a date"
+                f"{echoed(text)} reaches back before the year 1: give a shorter age or a date"
             ) from None
     try:
         parsed = datetime.fromisoformat(text)
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{text!r} is neither an age like 2h or 30d (units s, m, h, d, w) "
+            f"{echoed(text)} is neither an age like 2h or 30d (units s, m, h, d, w) "
             "nor an ISO date or time like 2026-01-31 or 2026-01-31T12:00"
         ) from None
-    return parsed if parsed.tzinfo is not None else parsed.replace(tzinfo=UTC)
+    if parsed.tzinfo is None:
+        return parsed.replace(tzinfo=UTC)
+    try:
+        parsed.astimezone(UTC)
+    except OverflowError:
+        raise argparse.ArgumentTypeError(
+            f"{echoed(text)} is out of range: in UTC it falls before the year 1 or after "
+            "9999; give a date between them"
+        ) from None
+    return parsed
 
 
 def states(text: str) -> list[State]:
@@ -155,16 +256,117 @@ def states(text: str) -> list[State]:
         return [State(part.strip().lower()) for part in text.split(",") if part.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"{text!r}: states are {', '.join(s.value for s in State)}"
+            f"{echoed(text)}: states are {', '.join(s.value for s in State)}"
         ) from None
 
 
+_DEEPEST = 200
+"""How deep a ``--result`` may nest: well within what Python decodes, stores and shows."""
+
+
 def json_value(text: str) -> object:
-    """A JSON document."""
+    """A JSON document, its arrays and objects nested at most ``_DEEPEST`` deep.
+
+    Raises:
+        argparse.ArgumentTypeError: the text is not valid UTF-8, is nested deeper, is not
+            JSON, or holds an integer longer than Python reads from text.
+
+    """
+    _check_utf8(text, "so it is not JSON text")
+    if (depth := nesting(text)) > _DEEPEST:
+        raise argparse.ArgumentTypeError(
+            f"{echoed(text)} is nested {depth:,} levels deep; a result may nest at most "
+            f"{_DEEPEST} levels"
+        )
     try:
         return json.loads(text)
     except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"{text!r} is not JSON ({exc})") from None
+        raise argparse.ArgumentTypeError(f"{echoed(text)} is not JSON ({exc})") from None
+    except ValueError:  # json's only other error: an integer over Python's digit limit
+        raise argparse.ArgumentTypeError(
+            f"{echoed(text)} holds an integer of more than "
+            f"{sys.get_int_max_str_digits():,} digits, the most Python reads from text "
+            "(its int max str digits limit)"
+        ) from None
+
+
+def nesting(text: str) -> int:
+    """How deep the arrays and objects of JSON ``text`` nest (0: none); strings are skipped."""
+    depth = deepest = 0
+    in_string = after_backslash = False
+    for char in text:
+        if in_string:
+            if after_backslash:
+                after_backslash = False
+            elif char == "\\":
+                after_backslash = True
+            elif char == '"':
+                in_string = False
+        elif char == '"':
+            in_string = True
+        elif char in "[{":
+            depth += 1
+            deepest = max(deepest, depth)
+        elif char in "]}":
+            depth -= 1
+    return deepest
+
+
+def utf8_text(refusal: str) -> Callable[[str], str]:
+    """A parser of a text argument that reaches the ledger, which keeps text as UTF-8.
+
+    Its parser raises ``argparse.ArgumentTypeError`` for text that is not valid UTF-8
+    (the command line keeps such bytes as surrogates), saying ``refusal``: what follows.
+    """
+
+    def text(value: str) -> str:
+        _check_utf8(value, refusal)
+        return value
+
+    return text
+
+
+def _check_utf8(value: str, refusal: str) -> None:
+    """Refuse ``value`` unless it is valid UTF-8, saying ``refusal`` (what follows from it)."""
+    if not _is_utf8(value):
+        raise argparse.ArgumentTypeError(
+            f"{echoed(_as_typed(value))} is not valid UTF-8, {refusal}"
+        )
+
+
+def _is_utf8(value: str) -> bool:
+    """Whether ``value`` is text UTF-8 can encode: argv's undecodable bytes are not."""
+    try:
+        value.encode()
+    except UnicodeEncodeError:
+        return False
+    return True
+
+
+def _as_typed(value: str) -> bytes:
+    """The bytes ``value`` was decoded from (argv's undecodable bytes are kept as surrogates)."""
+    try:
+        return value.encode(errors="surrogateescape")
+    except UnicodeEncodeError:  # a surrogate that stands for no byte: from a caller of main
+        return value.encode(errors="backslashreplace")
+
+
+_ECHOED = 60
+"""Characters (or bytes) of a value quoted in an error: enough to recognise, never a page."""
+
+
+def echoed(value: str | bytes) -> str:
+    """``value`` as an error quotes it: its repr, cut short, saying how long it is if cut."""
+    if len(value) <= _ECHOED:
+        return repr(value)
+    unit = "characters" if isinstance(value, str) else "bytes"
+    return f"{value[:_ECHOED]!r}... ({len(value):,} {unit})"
+
+
+_KEY = utf8_text("so no key can match it (keys are stored as UTF-8 text)")
+_TOOL = utf8_text("so no tool's name can match it (names are stored as UTF-8 text)")
+_ATTEMPT = utf8_text("so no attempt id can match it (ids are stored as UTF-8 text)")
+_NOTE = utf8_text("so it cannot be stored (the ledger keeps notes as UTF-8 text)")
 
 
 def load_probes(spec: str) -> Mapping[str, Probe[object]]:
@@ -224,11 +426,21 @@ def open_store(location: str) -> Store:
 
 
 def _names_postgres(location: str) -> bool:
-    """Whether ``location`` names a PostgreSQL database; a location refused is a usage error."""
+    """Whether ``location`` names a PostgreSQL database; a location refused is a usage error.
+
+    A file's path may hold any bytes; a connection string must be text, and is never
+    quoted back (it may hold a password).
+    """
     try:
-        return names_postgres(location)
+        postgres = names_postgres(location)
     except ValueError as exc:
         raise _UsageError(str(exc)) from None
+    if postgres and not _is_utf8(location):
+        raise _UsageError(
+            "the PostgreSQL connection string is not valid UTF-8 (not shown: it may hold a "
+            "password); give it as UTF-8 text"
+        )
+    return postgres
 
 
 def cmd_ls(options: argparse.Namespace, store: Store) -> int:
@@ -336,15 +548,15 @@ def cmd_resolve(options: argparse.Namespace, store: Store) -> int:
     if options.force and options.happened:
         raise _UsageError("--force goes with --not-happened: --happened needs no proof")
     before = store.get(options.key)
-    encode, tool, unchecked = (
-        _result_check(store, options.key) if options.happened else (None, None, None)
+    tool, unchecked = (
+        _result_check(store, before, options.result) if options.happened else (None, None)
     )
     try:
         after = store._decide(  # noqa: SLF001 - the command line is the operator's seat
             options.key,
             happened=options.happened,
             result=options.result,
-            encode=encode_untyped if encode is None else encode,
+            encode=encode_untyped,
             tool=tool,
             attempt_id=options.attempt,
             note=options.note,
@@ -358,17 +570,17 @@ def cmd_resolve(options: argparse.Namespace, store: Store) -> int:
         _print_json([transition_json(before, after)])
     else:
         was = "?" if before is None else before.state.value
-        _print([f"{after.key}: {was} → {after.state.value}"])
+        _print([f"{escaped(after.key)}: {was} → {after.state.value}"])
     return 0
 
 
 def cmd_amend(options: argparse.Namespace, store: Store) -> int:
-    encode, tool, unchecked = _result_check(store, options.key)
+    tool, unchecked = _result_check(store, store.get(options.key), options.result)
     try:
         after = store._amend(  # noqa: SLF001 - the command line is the operator's seat
             options.key,
             result=options.result,
-            encode=encode_untyped if encode is None else encode,
+            encode=encode_untyped,
             tool=tool,
             note=options.note,
         )
@@ -379,7 +591,7 @@ def cmd_amend(options: argparse.Namespace, store: Store) -> int:
     if options.json:
         _print_json([{"key": after.key, "result": after.result, "record": record_json(after)}])
     else:
-        _print([f"{after.key}: result amended to {json.dumps(after.result)}"])
+        _print([f"{escaped(after.key)}: result amended to {json.dumps(after.result)}"])
     return 0
 
 
@@ -393,51 +605,61 @@ def transition_json(before: Record | None, after: Record) -> dict[str, object]:
     }
 
 
+_SAID = 3
+"""Problems (or parts not checked) a message names before it says how many more there are."""
+
+
 def _result_check(
-    store: Store, key: str
-) -> tuple[Callable[[object], JSON] | None, str | None, str | None]:
-    """How to store an operator's result for ``key``: checked by its tool if it can be found.
+    store: Store, record: Record | None, result: object
+) -> tuple[str | None, str | None]:
+    """Check an operator's ``result`` for ``record``'s key against its tool's description.
 
-    Returns the tool's checking encoder and name, or ``(None, None, warning)``: the result
-    goes in unchecked (a misfit then shows when the key is replayed, with the advice to
-    amend it), and the warning, for stderr once the decision is made, says why. A refused
-    decision prints only its error.
+    The description is the one the tool's own process wrote in the ledger at its latest
+    claim (``safeact._shape``): no code of the tool's is imported or run here. Returns the
+    key's tool (the decision must be about a key of that tool still) and, when some of the
+    result could not be checked, a warning for stderr once the decision is made (a refused
+    decision prints only its error).
+
+    Raises:
+        _UsageError: the result does not fit; nothing was written.
+
     """
-    record = store.get(key)
     if record is None:
-        return None, None, None  # the decision itself says the key is unknown
-    found = find_tool(record.tool)
-    if isinstance(found, str):
-        warning = (
-            f"safeact: warning: the result is not checked against {record.tool}'s return "
-            f"type ({found}); if it does not fit, replaying {key!r} says so: then correct "
-            f"it with safeact amend"
+        return None, None  # the decision itself says the key is unknown
+    tool = escaped(record.tool)
+    later = (
+        f"if it does not fit, replaying {record.key!r} says so: then correct it with safeact amend"
+    )
+    text = store._result_shape(record.tool)  # noqa: SLF001 - the command line is the operator's seat
+    if text is None:
+        return record.tool, (
+            f"safeact: warning: the result is not checked: the ledger has no description of "
+            f"{tool}'s results (it is written at the tool's first claim since the ledger "
+            f"reached schema 5); {later}"
         )
-        return None, None, warning
-    return found._checked_json, found.name, None  # noqa: SLF001 - the command line is the operator's seat
+    try:
+        shape = json.loads(text)
+    except ValueError:
+        shape = None  # not JSON: check says it cannot read it
+    fit = check(shape, cast("JSON", result))
+    if fit.problems:
+        raise _UsageError(
+            f"the result does not fit the return type of {tool}: {_some(fit.problems)}; "
+            "nothing was changed"
+        )
+    if fit.unchecked:
+        return record.tool, (
+            f"safeact: warning: part of the result is not checked against the return type of "
+            f"{tool}: {_some(fit.unchecked)}; {later}"
+        )
+    return record.tool, None
 
 
-def find_tool(name: str) -> _Guard[object] | str:
-    """Import the tool called ``name`` (``module.qualname``, the working directory first).
-
-    Returns the tool, or why it could not be found: a tool given another ``name=``, or
-    whose module does not import here, cannot be.
-    """
-    parts = name.split(".")
-    for cut in range(len(parts) - 1, 0, -1):
-        module_name = ".".join(parts[:cut])
-        try:
-            found: object = _import(module_name)
-        except ModuleNotFoundError:
-            continue
-        except Exception as exc:  # noqa: BLE001 - anything the user's module raises is theirs
-            return f"importing {module_name} raised {type(exc).__name__}: {exc}"
-        for attribute in parts[cut:]:
-            found = getattr(found, attribute, None)
-        if isinstance(found, _Guard) and found.name == name:
-            return cast("_Guard[object]", found)
-        return f"{module_name} has no tool {'.'.join(parts[cut:])}"
-    return f"no importable module holds {name}"
+def _some(said: Sequence[str]) -> str:
+    """The first few of ``said``, joined, and how many more there are."""
+    shown = "; ".join(said[:_SAID])
+    more = len(said) - _SAID
+    return f"{shown}; and {more} more" if more > 0 else shown
 
 
 def cmd_sagas(options: argparse.Namespace, store: Store) -> int:
@@ -479,7 +701,10 @@ def cmd_purge(options: argparse.Namespace, store: Store) -> int:
             + (" (dry run: nothing was removed)" if options.dry_run else "")
         ]
     )
-    _print([f"  key   {key}" for key in purged.keys] + [f"  saga  {saga}" for saga in purged.sagas])
+    _print(
+        [f"  key   {escaped(key)}" for key in purged.keys]
+        + [f"  saga  {escaped(saga)}" for saga in purged.sagas]
+    )
     return 0
 
 
@@ -524,7 +749,7 @@ def cmd_stats(options: argparse.Namespace, store: Store) -> int:
                 + (", ".join(f"{n} {state}" for state, n in sorted(sagas.items())) or "none"),
                 "oldest in doubt: "
                 + (
-                    f"{doubts[0].key}, attempted {age(now - doubts[0].attempted_at)} ago"
+                    f"{escaped(doubts[0].key)}, attempted {age(now - doubts[0].attempted_at)} ago"
                     if doubts
                     else "none"
                 ),
@@ -558,7 +783,7 @@ def cmd_reconcile(options: argparse.Namespace, store: Store) -> int:
             ]
         )
         return 1 if left else 0
-    rows = [[e.subject, *event_line(e)[1:3], e.note or ""] for e in events]
+    rows = [[escaped(e.subject), *event_line(e)[1:3], escaped(e.note or "")] for e in events]
     if rows:
         _print(table(["KEY", "CHANGE", "WHY", "NOTE"], rows))
     elif probes:
@@ -595,8 +820,8 @@ def cmd_archive(options: argparse.Namespace, store: Store) -> int:
     corrupt = f" ({archived.corrupt} corrupt)" if archived.corrupt else ""
     events = f"{archived.events:,} event{'s' * (archived.events != 1)}{corrupt}"
     _print([f"archived {events} recorded before {when(options.before)} to {options.to}"])
-    kept = [f"  key   {key}" for key in archived.kept_keys]
-    kept += [f"  saga  {saga}" for saga in archived.kept_sagas]
+    kept = [f"  key   {escaped(key)}" for key in archived.kept_keys]
+    kept += [f"  saga  {escaped(saga)}" for saga in archived.kept_sagas]
     if kept:
         _print(["kept the history of unsettled keys and unfinished sagas:", *kept])
     return 0
@@ -697,12 +922,7 @@ def parser() -> _Parser:
             f"\n\n{_EXIT_STATUS}"
         ),
     )
-    top.add_argument(
-        "--version",
-        action="version",
-        version=f"safeact {importlib.metadata.version('safeact')}",
-        help="say which safeact",
-    )
+    top.add_argument("--version", action=_Version, nargs=0, help="say which safeact")
     commands = top.add_subparsers(
         dest="command", required=True, metavar="COMMAND", help="see safeact COMMAND --help"
     )
@@ -735,7 +955,7 @@ def parser() -> _Parser:
         help="only keys in this state; in_doubt includes attempts whose owner is gone, "
         "out of lease or out of session, marked or not",
     )
-    ls.add_argument("--tool", help="only this tool's keys")
+    ls.add_argument("--tool", type=_TOOL, help="only this tool's keys")
     ls.add_argument("--since", type=moment, metavar="WHEN", help=f"attempted since: {_WHEN}")
 
     show = command(
@@ -744,7 +964,9 @@ def parser() -> _Parser:
         "is corrupt (what is wrong and what to do are shown).",
         "safeact show agent.db refund-1002",
     )
-    show.add_argument("key", metavar="KEY", help="the key, exactly as the tool was called with it")
+    show.add_argument(
+        "key", type=_KEY, metavar="KEY", help="the key, exactly as the tool was called with it"
+    )
 
     command(
         "doubt",
@@ -765,7 +987,7 @@ def parser() -> _Parser:
         "(it was interrupted, or its process is gone on its host); otherwise add --force, "
         "after checking that process yourself."
     )
-    resolve.add_argument("key", metavar="KEY", help="the key in doubt")
+    resolve.add_argument("key", type=_KEY, metavar="KEY", help="the key in doubt")
     decision = resolve.add_mutually_exclusive_group(required=True)
     decision.add_argument("--happened", action="store_true", help="it ran: record it SUCCEEDED")
     decision.add_argument(
@@ -778,11 +1000,14 @@ def parser() -> _Parser:
         metavar="JSON",
         help=(
             "with --happened (required): what the tool would have returned, as JSON; "
-            "checked against its return type when the tool's module imports here"
+            "checked against the return type the tool recorded in the ledger (its code is "
+            "never imported)"
         ),
     )
-    resolve.add_argument("--note", help="why: kept in the key's history")
-    resolve.add_argument("--attempt", metavar="ID", help="only if the key is still at attempt ID")
+    resolve.add_argument("--note", type=_NOTE, help="why: kept in the key's history")
+    resolve.add_argument(
+        "--attempt", type=_ATTEMPT, metavar="ID", help="only if the key is still at attempt ID"
+    )
     resolve.add_argument(
         "--force",
         action="store_true",
@@ -800,14 +1025,16 @@ def parser() -> _Parser:
     )
     amend.epilog = (
         f"{amend.epilog}\n\nThe history keeps the value replaced. A result the action itself "
-        "returned is never amended. The result is checked against the tool's return type "
-        "when the tool's module imports here."
+        "returned is never amended. The result is checked against the return type the tool "
+        "recorded in the ledger (its code is never imported)."
     )
-    amend.add_argument("key", metavar="KEY", help="the key whose recorded result is wrong")
+    amend.add_argument(
+        "key", type=_KEY, metavar="KEY", help="the key whose recorded result is wrong"
+    )
     amend.add_argument(
         "--result", type=json_value, required=True, metavar="JSON", help="the correct result"
     )
-    amend.add_argument("--note", help="why: kept in the key's history")
+    amend.add_argument("--note", type=_NOTE, help="why: kept in the key's history")
 
     sagas = command(
         "sagas",
@@ -926,6 +1153,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     with contextlib.suppress(AttributeError, ValueError):  # a stream swapped in by a caller
         sys.stdout.reconfigure(errors="backslashreplace")  # type: ignore[union-attr]
+    options: argparse.Namespace | None = None
     try:
         try:
             options = parser().parse_args(argv)
@@ -946,10 +1174,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 0
     except OSError as exc:
         _drop_output()
-        _warn(
-            f"safeact: error: cannot write the output ({exc.strerror or exc}); the command "
-            "itself ran: check `safeact show` before running a change again"
+        ran = (
+            ""
+            if options is None  # only --help or --version was to be written
+            else "; the command itself ran: check `safeact show` before running a change again"
         )
+        _warn(f"safeact: error: cannot write the output ({exc.strerror or exc}){ran}")
         return 2
     return code
 

@@ -1,13 +1,15 @@
 """How the ``safeact`` command shows things to people: pure functions from values to lines.
 
-Every cell and line that can hold a key, a tool's name, a note or an error message is
-``printable``: control and format characters are escaped, so no key can rewrite the
-terminal or break a table.
+Every value that comes from the ledger (a key, a tool's name, a note, an error message) is
+shown ``escaped``: control and format characters as escapes, and a backslash doubled where
+it could be read as one, so no key can rewrite the terminal or break a table, and two keys
+never look the same. Every line is ``printable`` besides, whatever it holds.
 """
 
 from __future__ import annotations
 
 import json
+import re
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -27,7 +29,9 @@ __all__ = [
     "corrupt_section",
     "count_row",
     "doubt_table",
+    "escaped",
     "event_line",
+    "failure",
     "field_lines",
     "history_lines",
     "late_section",
@@ -66,11 +70,40 @@ def printable(text: str) -> str:
     A key is any string: raw, an escape sequence could move the cursor, rewrite earlier
     lines or reverse the text that follows (U+202E), and a newline or a tab would break
     the table it sits in. Each such character is shown as ``\xNN``, ``\uNNNN`` or
-    ``\UNNNNNNNN`` instead; ``--json`` gives the exact text.
+    ``\UNNNNNNNN`` instead; ``--json`` gives the exact text. Printable text is returned
+    as it is, so a line made of ``escaped`` values is not escaped twice.
     """
     if text.isprintable():
         return text
     return "".join(c if c.isprintable() else _escape(c) for c in text)
+
+
+def escaped(value: str) -> str:
+    r"""A value (a key, a tool's name, a note) as shown to people: printable and unambiguous.
+
+    As ``printable``, and a backslash is doubled where what follows it could be read as
+    an escape (another backslash, an escaped character, or ``x``, ``u`` or ``U`` and hex
+    digits): a key holding ESC shows as ``\x1b``, one holding the four characters
+    ``\x1b`` as ``\\x1b``. Any other text, a lone backslash in it too, is shown as is.
+    """
+    if value.isprintable() and "\\" not in value:
+        return value
+    return "".join(
+        _escape(char) if not char.isprintable() else _backslash(value, i) if char == "\\" else char
+        for i, char in enumerate(value)
+    )
+
+
+_LOOKS_ESCAPED = re.compile(r"\\|x[0-9a-fA-F]{2}|u[0-9a-fA-F]{4}|U[0-9a-fA-F]{8}")
+"""What, right after a backslash, would read as an escape as ``escaped`` shows them."""
+
+
+def _backslash(value: str, at: int) -> str:
+    """The backslash at ``value[at]``, doubled if what follows it would read as an escape."""
+    after = at + 1
+    if after < len(value) and not value[after].isprintable():
+        return "\\\\"  # the next character is shown as an escape, starting with a backslash
+    return "\\\\" if _LOOKS_ESCAPED.match(value, after) else "\\"
 
 
 def _escape(char: str) -> str:
@@ -95,19 +128,24 @@ def note(record: Record) -> str:
     if record.doubt_reason is not None:
         return f"in doubt: {record.doubt_reason.value}"
     if record.state is State.FAILED:
-        return f"{record.error_type}: {record.error_message}"
+        return failure(record)
     if record.state is State.ATTEMPTING:
-        return f"running: process {record.owner.pid} on {record.owner.host}"
+        return f"running: process {record.owner.pid} on {escaped(record.owner.host)}"
     return ""
+
+
+def failure(record: Record) -> str:
+    """The error a key's action raised, or why it is in doubt: ``TYPE: MESSAGE``."""
+    return f"{escaped(str(record.error_type))}: {escaped(str(record.error_message))}"
 
 
 def ls_row(found: Record | CorruptRecordError) -> list[str]:
     """One key as ``ls`` cells: key, tool, state, attempted, finished, note (why in doubt)."""
     if isinstance(found, CorruptRecordError):
-        return [found.subject, "?", "corrupt", "?", "?", found.problem]
+        return [escaped(found.subject), "?", "corrupt", "?", "?", found.problem]
     return [
-        found.key,
-        found.tool,
+        escaped(found.key),
+        escaped(found.tool),
         found.state.value,
         when(found.attempted_at),
         when(found.finished_at),
@@ -118,15 +156,15 @@ def ls_row(found: Record | CorruptRecordError) -> list[str]:
 def saga_row(found: SagaRecord | CorruptRecordError) -> list[str]:
     """One saga as ``sagas`` cells: id, state, steps, started, updated, aborted step, reason."""
     if isinstance(found, CorruptRecordError):
-        return [found.subject, "corrupt", "?", "?", "?", "", found.problem]
+        return [escaped(found.subject), "corrupt", "?", "?", "?", "", found.problem]
     return [
-        found.saga_id,
+        escaped(found.saga_id),
         found.state.value,
         str(len(found.steps)),
         when(found.started_at),
         when(found.updated_at),
-        found.aborted_step or "",
-        found.abort_reason or "",
+        escaped(found.aborted_step or ""),
+        escaped(found.abort_reason or ""),
     ]
 
 
@@ -136,12 +174,14 @@ def event_line(event: Event | CorruptRecordError) -> list[str]:
         return ["?", "(corrupt event)", "?", "?", event.problem]
     from_state = "(new)" if event.from_state is None else event.from_state.value
     to_state = "(purged)" if event.to_state is None else event.to_state.value
+    host = escaped(event.host)
     by = (
-        f"by operator on {event.host} (pid {event.pid})"
+        f"by operator on {host} (pid {event.pid})"
         if event.by == "operator"
-        else f"by process {event.pid} on {event.host}"
+        else f"by process {event.pid} on {host}"
     )
-    return [when(event.at), f"{from_state} → {to_state}", event.why.value, by, event.note or ""]
+    note = escaped(event.note or "")
+    return [when(event.at), f"{from_state} → {to_state}", event.why.value, by, note]
 
 
 def show_lines(
@@ -159,15 +199,16 @@ def show_lines(
     state = record.state.value
     if recorded is not record.state:
         state += f" (recorded {recorded.value}: the next call, or safeact reconcile, marks it)"
+    boot = escaped(owner.boot_id) or "?"
     fields = [
-        ("key", record.key),
+        ("key", escaped(record.key)),
         ("state", state),
-        ("tool", record.tool),
+        ("tool", escaped(record.tool)),
         ("attempted at", when(record.attempted_at)),
         ("finished at", when(record.finished_at)),
-        ("args hash", record.args_hash),
-        ("attempt id", record.attempt_id),
-        ("owner", f"process {owner.pid} on {owner.host} (boot {owner.boot_id or '?'})"),
+        ("args hash", escaped(record.args_hash)),
+        ("attempt id", escaped(record.attempt_id)),
+        ("owner", f"process {owner.pid} on {escaped(owner.host)} (boot {boot})"),
     ]
     if record.state in UNSETTLED:
         fields.append(("lease until", when(record.lease_until)))
@@ -176,7 +217,7 @@ def show_lines(
     if record.state is State.SUCCEEDED:
         fields.append(("result", json.dumps(record.result)))
     if record.error_type is not None:
-        fields.append(("error", f"{record.error_type}: {record.error_message}"))
+        fields.append(("error", failure(record)))
     lines = field_lines(fields)
     if late:
         lines += [
@@ -203,16 +244,21 @@ def late_line(done: Record | CorruptRecordError) -> str:
     outcome = (
         f"result {json.dumps(done.result)}"
         if done.state is State.SUCCEEDED
-        else f"error {done.error_type}: {done.error_message}"
+        else f"error {failure(done)}"
     )
-    return f"attempt {done.attempt_id}: {done.state.value} at {when(done.finished_at)}, {outcome}"
+    attempt = escaped(done.attempt_id)
+    return f"attempt {attempt}: {done.state.value} at {when(done.finished_at)}, {outcome}"
 
 
 def corrupt_lines(
     error: CorruptRecordError, events: Sequence[Event | CorruptRecordError]
 ) -> list[str]:
     """A key whose row cannot be read: what is wrong and what to do, then its history."""
-    fields = [("key", error.subject), ("corrupt", error.problem), ("what to do", error.fix)]
+    fields = [
+        ("key", escaped(error.subject)),
+        ("corrupt", error.problem),
+        ("what to do", error.fix),
+    ]
     return [*field_lines(fields), "", "history:", *history_lines(events)]
 
 
@@ -239,7 +285,7 @@ def corrupt_count(keys: int, sagas: int) -> list[str]:
 
 def count_row(name: str, counts: Mapping[State, int]) -> list[str]:
     """A row of the stats table: how many keys ``name`` has in each state, and in all."""
-    return [name, *(str(counts.get(s, 0)) for s in State), str(sum(counts.values()))]
+    return [escaped(name), *(str(counts.get(s, 0)) for s in State), str(sum(counts.values()))]
 
 
 def size(ledger: Path) -> tuple[int, str]:
@@ -256,8 +302,8 @@ def doubt_table(doubts: Sequence[Record], now: datetime) -> list[str]:
         ["KEY", "TOOL", "STATE", "ATTEMPTED", "AGE", "REASON"],
         [
             [
-                r.key,
-                r.tool,
+                escaped(r.key),
+                escaped(r.tool),
                 r.state.value,
                 when(r.attempted_at),
                 age(now - r.attempted_at),
@@ -278,7 +324,7 @@ def corrupt_section(location: str, corrupt: Sequence[CorruptRecordError]) -> lis
             f"{len(corrupt)} corrupt key(s), changed outside safeact: nothing runs under them "
             f"until they are mended; see safeact show {location} KEY"
         ),
-        *(f"  {error.subject}  {error.problem}" for error in corrupt),
+        *(f"  {escaped(error.subject)}  {error.problem}" for error in corrupt),
     ]
 
 
@@ -293,9 +339,9 @@ def late_section(location: str, late: Sequence[Record | CorruptRecordError]) -> 
             f"moved on; see safeact show {location} KEY"
         ),
         *(
-            f"  {done.subject}  (corrupt) {done.problem}"
+            f"  {escaped(done.subject)}  (corrupt) {done.problem}"
             if isinstance(done, CorruptRecordError)
-            else f"  {done.key}  attempt {done.attempt_id}  {done.state.value}"
+            else f"  {escaped(done.key)}  attempt {escaped(done.attempt_id)}  {done.state.value}"
             for done in late
         ),
     ]

@@ -96,6 +96,8 @@ class Ledger:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._closed = False
+        # The description of each tool's results this store has written (``_claim``).
+        self._shapes: dict[str, str] = {}
 
     @property
     def location(self) -> str:

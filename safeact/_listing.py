@@ -112,6 +112,15 @@ class Listing(Ledger):
             counted[record.tool, record.state] += 1
         return dict(counted)
 
+    def _result_shape(self, tool: str) -> str | None:
+        """The description of ``tool``'s results its processes last wrote (JSON text), if any.
+
+        A tool writes it at its first claim through a store (``safeact._shape``); a tool that
+        has not claimed since the ledger reached schema 5 has none.
+        """
+        rows = self._read("SELECT result_shape FROM tools WHERE name = ?", (tool,))
+        return None if not rows else str(rows[0][0])
+
     def _unsettled(self) -> list[Record]:
         """The ATTEMPTING and IN_DOUBT rows as written, oldest first, for the protocol."""
         rows = self._read(

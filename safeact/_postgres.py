@@ -126,6 +126,16 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     ),
     # 3 -> 4: an owner's process group (see safeact._schema).
     3: ("ALTER TABLE calls ADD COLUMN owner_group BIGINT NOT NULL DEFAULT 0",),
+    # 4 -> 5: each tool's description of its results (see safeact._schema).
+    4: (
+        """CREATE TABLE tools (
+            name           TEXT NOT NULL,
+            result_shape   TEXT NOT NULL,
+            written_at     TEXT NOT NULL,
+            schema_version INTEGER NOT NULL,
+            PRIMARY KEY (name)
+        )""",
+    ),
 }
 """PostgreSQL ledgers began at schema 2: there is no step from 1."""
 
@@ -356,12 +366,21 @@ class PostgresStore(Store):
         """
         return super()._owner_gone(record) and self._owner_lost(record.owner)
 
-    def _claim(
-        self, key: str, tool: str, args_hash: str, *, attempt_id: str, previous: Record | None
+    def _claim(  # noqa: PLR0913 - Store._claim's parameters
+        self,
+        key: str,
+        tool: str,
+        args_hash: str,
+        *,
+        attempt_id: str,
+        previous: Record | None,
+        shape: str | None = None,
     ) -> Record | None:
         """Hold this process's liveness lock, then claim as ``Store.claim`` does."""
         self._hold_liveness()
-        return super()._claim(key, tool, args_hash, attempt_id=attempt_id, previous=previous)
+        return super()._claim(
+            key, tool, args_hash, attempt_id=attempt_id, previous=previous, shape=shape
+        )
 
     def _hold_liveness(self) -> None:
         """Make sure this process holds its advisory lock on this database.

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
-from safeact._sqlite_file import check_one_name, real_name
+from safeact._sqlite_file import check_one_name, explained, real_name
 from safeact._tables import SCHEMA_VERSION, sqlite_ddl
 from safeact.exceptions import StoreError
 
@@ -66,6 +66,18 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
     # alive, and safeact's own identity of its machine in owner_machine (a value, no DDL).
     # Attempts from before have neither, and are never judged gone by their process.
     3: ("ALTER TABLE calls ADD COLUMN owner_group INTEGER NOT NULL DEFAULT 0",),
+    # 4 -> 5: each tool's description of its results, written at its next claim, so that
+    # an operator's result is checked without importing the tool. Keys recorded before
+    # have none until their tool claims again: their results are stored unchecked.
+    4: (
+        """CREATE TABLE tools (
+            name           TEXT NOT NULL,
+            result_shape   TEXT NOT NULL,
+            written_at     TEXT NOT NULL,
+            schema_version INTEGER NOT NULL,
+            PRIMARY KEY (name)
+        ) WITHOUT ROWID""",
+    ),
 }
 
 
@@ -277,7 +289,7 @@ def _errors(path: Path) -> Iterator[None]:
     try:
         yield
     except sqlite3.Error as exc:
-        raise StoreError(f"{path}: {exc}") from exc
+        raise StoreError(f"{path}: {explained(exc, real_name(path))}") from exc
 
 
 def _copy(path: Path, backup: Path) -> None:

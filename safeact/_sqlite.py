@@ -15,7 +15,13 @@ from safeact._group_commit import GroupCommit
 from safeact._ledger import LEASE
 from safeact._schema import BUSY_TIMEOUT, check_usable, prepare
 from safeact._settings import flag
-from safeact._sqlite_file import FileId, check_one_name, check_still_one_name, real_name
+from safeact._sqlite_file import (
+    FileId,
+    check_one_name,
+    check_still_one_name,
+    explained,
+    real_name,
+)
 from safeact._store import Store
 from safeact.exceptions import StoreError
 
@@ -198,7 +204,7 @@ class SqliteStore(Store):
         try:
             yield
         except sqlite3.Error as exc:
-            raise StoreError(f"{self._path}: {exc}") from exc
+            raise StoreError(f"{self._path}: {explained(exc, self._name)}") from exc
 
     def _reset_connection(self) -> None:
         # Close this thread's connection here and now, not whenever (and in whatever state)
@@ -237,8 +243,15 @@ class SqliteStore(Store):
             raise StoreError(f"{self._path}: cannot create the ledger: {exc}") from exc
         os.close(fd)
 
-    def _claim(
-        self, key: str, tool: str, args_hash: str, *, attempt_id: str, previous: Record | None
+    def _claim(  # noqa: PLR0913 - Store._claim's parameters
+        self,
+        key: str,
+        tool: str,
+        args_hash: str,
+        *,
+        attempt_id: str,
+        previous: Record | None,
+        shape: str | None = None,
     ) -> Record | None:
         """Check the file is still this ledger's under its one name, then claim as ``Store``.
 
@@ -250,7 +263,9 @@ class SqliteStore(Store):
 
         """
         check_still_one_name(self._name, self._id)
-        return super()._claim(key, tool, args_hash, attempt_id=attempt_id, previous=previous)
+        return super()._claim(
+            key, tool, args_hash, attempt_id=attempt_id, previous=previous, shape=shape
+        )
 
     def _check_only_name_here(self) -> None:
         """Refuse the file if another store of this process holds it open under another name.

@@ -7,18 +7,23 @@ not a second name: the store opens the file by its ``real_name`` (links resolved
 SQLite resolves links itself too. So a ledger file with a second name is refused, at open,
 at each new connection and at each claim (one ``stat``), as is a WAL or index that is not
 a plain file of the ledger's own.
+
+SQLite's own words for trouble with the file and its side files mislead (a full disk can
+be "disk I/O error"; a directory where they cannot be created, "unable to open database
+file"): ``explained`` says which case it is and what to do.
 """
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import stat
 from pathlib import Path
 from typing import TypeAlias
 
 from safeact.exceptions import StoreError
 
-__all__ = ["FileId", "check_one_name", "check_still_one_name", "real_name"]
+__all__ = ["FileId", "check_one_name", "check_still_one_name", "explained", "real_name"]
 
 FileId: TypeAlias = tuple[int, int]
 """A file's device and inode numbers: what makes it the same file under any path."""
@@ -129,3 +134,70 @@ def _check_side_file(side: str, what: str) -> None:
         "with no process using the ledger, find out whose file it is, and leave this "
         "ledger a plain file of its own under this name (or none)"
     )
+
+
+_NEARLY_FULL = 1 << 20
+"""Free bytes below which a disk counts as full: SQLite's index alone grows by 32 KiB."""
+
+
+def explained(exc: sqlite3.Error, name: str) -> str:
+    """SQLite's error ``exc`` on the ledger file ``name`` (a ``real_name``), and what to do.
+
+    A full disk (SQLite says "database or disk is full", or "disk I/O error" when there is
+    no room for its shared-memory index); another failure to read or write; a directory
+    where the WAL and index cannot be created beside a ledger that is there ("unable to
+    open database file", or "attempt to write a readonly database"); or a file or
+    directory not writable. Any other error is returned as SQLite words it.
+    """
+    code = getattr(exc, "sqlite_errorcode", 0) & 0xFF  # the primary code; 0 from Python
+    directory, base = os.path.split(name)
+    side_files = f"{base}-wal and {base}-shm"
+    if code == sqlite3.SQLITE_FULL or (code == sqlite3.SQLITE_IOERR and _disk_full(directory)):
+        return f"{exc}: the disk holding {directory} is full; free space on it, then try again"
+    if code == sqlite3.SQLITE_IOERR:
+        return (
+            f"{exc} ({getattr(exc, 'sqlite_errorname', 'SQLITE_IOERR')}): reading or writing "
+            f"{base} or its {side_files} in {directory} failed; check that disk (its health, "
+            "its free space, a file size limit), then try again"
+        )
+    # SQLite says "unable to open database file" (CANTOPEN) or, if the directory refused
+    # with EACCES, "attempt to write a readonly database" (READONLY_DIRECTORY): the file
+    # itself may well be writable.
+    if (
+        code in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY)
+        and _side_files_missing(name)
+        and not _writable(directory)
+    ):
+        return (
+            f"{exc}: the directory {directory} is not writable, and SQLite must create the "
+            f"ledger's {side_files} there, beside it (a writable ledger file is not "
+            "enough); make the directory writable by this user, then try again"
+        )
+    if code in (sqlite3.SQLITE_CANTOPEN, sqlite3.SQLITE_READONLY, sqlite3.SQLITE_PERM):
+        return (
+            f"{exc}: check that {base} and the directory {directory} are readable and "
+            f"writable by this user (SQLite creates the ledger's {side_files} beside it)"
+        )
+    return str(exc)
+
+
+def _disk_full(directory: str) -> bool:
+    """Whether the disk holding ``directory`` has next to no room left for this user."""
+    try:
+        found = os.statvfs(directory)
+    except OSError:
+        return False  # cannot tell: the message then names the disk without guessing
+    return found.f_bavail * found.f_frsize < _NEARLY_FULL
+
+
+def _side_files_missing(name: str) -> bool:
+    """Whether the ledger ``name`` lacks its WAL or its index, which SQLite then creates."""
+    return not all(os.path.lexists(f"{name}{suffix}") for suffix, _ in _SIDE_FILES)
+
+
+def _writable(directory: str) -> bool:
+    """Whether this user may create files in ``directory``.
+
+    Not even root may on a read-only mount or in an immutable directory.
+    """
+    return os.access(directory, os.W_OK | os.X_OK)

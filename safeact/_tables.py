@@ -26,7 +26,7 @@ __all__ = [
     "sqlite_ddl",
 ]
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 """The version of the schema declared here. A change to ``TABLES`` bumps it and adds, for
 each database, the migration step from the version before."""
 
@@ -188,6 +188,19 @@ TABLES = (
         indexes=(Index("history_by_subject", ("kind", "subject", "seq")),),
         without_rowid=False,
         append_only=True,
+    ),
+    # Schema 5: what each tool's results look like as stored JSON (``safeact._shape``),
+    # written by the tool's process at its first claim, so that an operator's result is
+    # checked without importing the tool's code. The latest writer's description holds.
+    Table(
+        "tools",
+        (
+            Column("name", TEXT),
+            Column("result_shape", TEXT),
+            Column("written_at", TEXT),
+            Column("schema_version", INTEGER),
+        ),
+        key=("name",),
     ),
 )
 

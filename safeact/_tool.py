@@ -259,6 +259,7 @@ class _Guard(Generic[T_co]):
         self.ignore = check_ignore(self._signature, ignore, self.name)
         self._args_hash = ArgsHash(self._signature, self.ignore)
         self.return_type = check_return_type(fn, self.name)
+        self._shape: str | None = None
 
     @property
     def store(self) -> Store:
@@ -470,9 +471,22 @@ class _Guard(Generic[T_co]):
             claim.args_hash,
             attempt_id=uuid.uuid4().hex,
             previous=claim.previous,
+            shape=self._result_shape(),
         )
         telemetry.claimed(self.name, claimed, time.perf_counter() - started)
         return claimed
+
+    def _result_shape(self) -> str:
+        """What the results look like as stored JSON (``safeact._shape``), described once.
+
+        The store keeps it with the ledger at the tool's first claim, for ``safeact resolve``
+        and ``safeact amend`` to check an operator's result without importing this tool.
+        """
+        if self._shape is None:
+            from safeact._shape import shape_text  # noqa: PLC0415 - loaded at the first claim
+
+            self._shape = shape_text(self.return_type)
+        return self._shape
 
     def _mark(self, mark: Mark) -> bool:
         return self.store._mark_in_doubt(mark.record.key, mark.record.attempt_id, mark.reason)

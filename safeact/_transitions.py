@@ -48,6 +48,7 @@ from safeact.exceptions import NotProvenError, SafeError
 
 if TYPE_CHECKING:
     from collections.abc import Callable
+    from datetime import datetime
 
     from safeact._ledger import Executor
     from safeact._protocol import JSON
@@ -70,6 +71,21 @@ def _check_tool(key: str, record: Record, tool: str | None) -> None:
             f"key {key!r} belongs to tool {record.tool}, not {tool}: decide it with that "
             "tool, or with Store.resolve / safeact resolve"
         )
+
+
+def _describe(db: Executor, tool: str, shape: str, now: datetime) -> None:
+    """Keep ``shape`` as ``tool``'s description of its results; an equal one is left alone.
+
+    The latest description is the one a replay decodes with (the latest deploy's return
+    type), so a changed one replaces the old; an unchanged one is not written again.
+    """
+    db.execute(
+        "INSERT INTO tools (name, result_shape, written_at, schema_version) VALUES (?, ?, ?, ?) "
+        "ON CONFLICT (name) DO UPDATE SET result_shape = excluded.result_shape, "
+        "written_at = excluded.written_at, schema_version = excluded.schema_version "
+        "WHERE tools.result_shape <> excluded.result_shape",
+        (tool, shape, time_text(now), SCHEMA_VERSION),
+    )
 
 
 class KeyTransitions(Ledger):
@@ -317,15 +333,27 @@ class KeyTransitions(Ledger):
             record_event(db, "key", event)
         return event
 
-    def _claim(
-        self, key: str, tool: str, args_hash: str, *, attempt_id: str, previous: Record | None
+    def _claim(  # noqa: PLR0913 - the claim, and the tool's description of its results
+        self,
+        key: str,
+        tool: str,
+        args_hash: str,
+        *,
+        attempt_id: str,
+        previous: Record | None,
+        shape: str | None = None,
     ) -> Record | None:
         """Durably record ``key`` as ATTEMPTING for this attempt, if nobody else did first.
 
         ``previous`` is the record the decision was made on: ``None`` (insert a row; the
         primary key picks one winner) or a RELEASED row (taken over only if still RELEASED).
         Returns the claimed record, or ``None`` if another caller got there first.
+
+        ``shape`` describes the tool's results (``safeact._shape``, as JSON text): the first
+        claim of the tool through this store writes it, in the claim's own transaction, and
+        the later ones only compare it with what was written (no statement, no write).
         """
+        described = shape if shape is not None and self._shapes.get(tool) != shape else None
         now = utc_now()
         owner = self.owner
         lease_until = now + timedelta(seconds=self.lease)
@@ -375,6 +403,8 @@ class KeyTransitions(Ledger):
                         (*attempt, key, State.RELEASED.value, previous.attempt_id),
                     )
                 record_claim(db, event)
+                if described is not None:
+                    _describe(db, tool, described, now)
         except BaseException:
             # The claim may have committed and then failed to be made durable (an fsync
             # failed, or an interrupt came while it waited for one) or to answer (the
@@ -387,6 +417,8 @@ class KeyTransitions(Ledger):
                 if row is not None and row.attempt_id == attempt_id:
                     self._mark_in_doubt(key, attempt_id, DoubtReason.INTERRUPTED)
             raise
+        if described is not None:
+            self._shapes[tool] = described
         if not claimed.rowcount:
             return None  # another caller got there first (or the owner finished)
         return Record(

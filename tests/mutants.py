@@ -467,6 +467,32 @@ MUTANTS = [
         ["tests/test_after_the_action.py"],
     ),
     Mutant(
+        "store a result that would replay as another value (a subclass as its base)",
+        [Edit("safeact/_codec.py", "    if lost is not None:\n", "    if False:\n")],
+        ["tests/test_exact_replay.py"],
+    ),
+    Mutant(
+        "accept a return type with Any inside when the tool is made",
+        [Edit("safeact/_codec.py", "    if refused is not None:\n", "    if False:\n")],
+        ["tests/test_exact_replay.py"],
+    ),
+    Mutant(
+        "hash an int subclass as its base",
+        [
+            Edit(
+                "safeact/_keys.py",
+                "_TYPED_INT = _typed(_int, int.__int__)",
+                "_TYPED_INT = _int",
+            )
+        ],
+        ["tests/test_args_hash_types.py"],
+    ),
+    Mutant(
+        "trust every digest of the former formula",
+        [Edit("safeact/_keys.py", "    if proven or rule.outdated:\n", "    if True:\n")],
+        ["tests/test_args_hash_types.py"],
+    ),
+    Mutant(
         "replay a stored result that cattrs converted",
         [
             Edit(
@@ -495,15 +521,26 @@ MUTANTS = [
         ["tests/test_operator_results.py"],
     ),
     Mutant(
-        "store an operator's --result unchecked where the tool is found",
+        "store an operator's --result unchecked where the tool recorded its return type",
         [
             Edit(
                 "safeact/_cli.py",
-                "    found = find_tool(record.tool)\n",
-                "    found = 'unchecked'\n",
+                '    fit = check(shape, cast("JSON", result))\n',
+                '    fit = check({"type": "any"}, cast("JSON", result))\n',
             )
         ],
         ["tests/test_operator_results.py"],
+    ),
+    Mutant(
+        "write a tool's return type only for the first tool of a store",
+        [
+            Edit(
+                "safeact/_transitions.py",
+                "self._shapes.get(tool) != shape else None",
+                "not self._shapes else None",
+            )
+        ],
+        ["tests/test_result_shapes.py"],
     ),
     Mutant(
         "run an MCP tool that was called without a key",

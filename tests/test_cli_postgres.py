@@ -1,14 +1,16 @@
 """The command line against a PostgreSQL ledger: the same commands, a URL in place of a file."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
 from safeact import get_store, safe
 from safeact._tables import SCHEMA_VERSION
-from tests.actions import bury_owners
+from tests.actions import Receipt, bury_owners
 
 
 def run(*args: str) -> subprocess.CompletedProcess[str]:
@@ -91,3 +93,50 @@ def test_a_keyword_dsn_reaches_postgresql(postgres_ledger: str, tmp_path: Path) 
         ["paid", "pay", "succeeded"]
     ]
     assert list(tmp_path.iterdir()) == []
+
+
+def test_resolve_checks_a_result_against_the_tools_recorded_type_on_a_url(
+    postgres_ledger: str,
+) -> None:
+    """On PostgreSQL too: a misfit is refused (exit 2, nothing changes); a fit is stored."""
+    with get_store(postgres_ledger) as store:
+
+        @safe(store, name="refunds")
+        def refund(key: str, to: str) -> Receipt:
+            raise KeyboardInterrupt
+
+        with pytest.raises(KeyboardInterrupt):
+            refund("r-1", "bob")
+        before = (store._stored("r-1"), len(store.history("r-1")))
+    refused = run("resolve", postgres_ledger, "r-1", "--happened", "--result", '{"to": "bob"}')
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr == (
+        "safeact: error: the result does not fit the return type of refunds: $.amount: missing "
+        "(Receipt always has it); nothing was changed\n"
+    )
+    with get_store(postgres_ledger) as store:
+        assert (store._stored("r-1"), len(store.history("r-1"))) == before
+    result = json.dumps({"to": "bob", "amount": 20})
+    done = run("resolve", postgres_ledger, "r-1", "--happened", "--result", result, "--json")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert json.loads(done.stdout)["record"]["result"] == {"to": "bob", "amount": 20}
+
+
+def test_resolve_warns_for_a_key_whose_tool_never_described_its_results_on_a_url(
+    postgres_ledger: str,
+) -> None:
+    """A key whose tool never described its results (before schema 5) goes in unchecked, said so."""
+    with get_store(postgres_ledger) as store:
+        store._claim("lost", "pay", "h", attempt_id="dead", previous=None)
+        bury_owners(store)
+    done = run("resolve", postgres_ledger, "lost", "--happened", "--result", '"one"')
+    assert (done.returncode, done.stdout) == (0, "lost: in_doubt → succeeded\n")
+    assert done.stderr.startswith(
+        "safeact: warning: the result is not checked: the ledger has no description of pay's "
+        "results"
+    )
+    with get_store(postgres_ledger) as store:
+        safe(store, name="pay")(pay)("paid")  # the tool's first claim describes its results
+    refused = run("amend", postgres_ledger, "lost", "--result", '"one"')
+    assert refused.returncode == 2
+    assert '$: expected an integer, got "one"' in refused.stderr

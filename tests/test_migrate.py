@@ -12,9 +12,10 @@ from pathlib import Path
 
 import pytest
 
-from safeact import DoubtReason, State, StoreError, Why, get_store, safe
+from safeact import DoubtReason, State, StoreError, Succeeded, Why, get_store, safe
 from safeact._owner import Owner
 from safeact._schema import migrate, prepare
+from safeact._shape import shape_text
 from safeact._tables import SCHEMA_VERSION
 
 V1 = Path(__file__).with_name("data") / "ledger-v1.db"
@@ -38,6 +39,12 @@ V3_OWNER = Owner(
     pid_namespace="4026531836",
 )
 """Who wrote every key of V3: systemd's machine id, no process group (schema 3 had none)."""
+V4 = Path(__file__).with_name("data") / "ledger-v4.db"
+"""A ledger written at schema 4 (the tree before schema 5, issue 30) by processes of host
+ledger-v4-host: keys paid-4 (succeeded, 5), declined-4 (failed, ValueError), doubt-4 (in doubt,
+interrupted) and running-4 (attempting; a child process exited inside the action), all of tool
+tests.charge (``charge(key, amount: int) -> int``), with their history; no tool described its
+results (schema 4 had no tools table)."""
 """Who wrote every key of V2: no machine id or PID namespace (schema 2 had none)."""
 
 
@@ -262,6 +269,37 @@ def test_migrating_a_schema_3_ledger_keeps_its_keys_and_judges_no_owner_by_its_p
         assert seen.doubt_reason is DoubtReason.LEASE_EXPIRED  # suspicion, not CRASHED
 
 
+def test_migrating_a_schema_4_ledger_keeps_its_keys_and_describes_tools_at_their_next_claim(
+    tmp_path: Path,
+) -> None:
+    """After migrate, every key is as it was; a tool's description comes with its next claim."""
+    copy = tmp_path / "v4.db"
+    shutil.copyfile(V4, copy)
+    with pytest.raises(StoreError, match=r"schema version 4, older .* `safeact migrate "):
+        get_store(copy)
+    assert migrate(copy) == (4, SCHEMA_VERSION)
+    assert version_of(copy.with_name("v4.db.v4.bak")) == 4
+    with get_store(copy, host="ledger-v4-host") as store:
+        records = {r.key: store._stored(r.key) or r for r in store.records()}
+        assert {key: record.state for key, record in records.items()} == {
+            "declined-4": State.FAILED,
+            "doubt-4": State.IN_DOUBT,
+            "paid-4": State.SUCCEEDED,
+            "running-4": State.ATTEMPTING,
+        }
+        assert [e.why for e in store.history("paid-4")] == [Why.CLAIMED, Why.RAN]
+        assert store._result_shape("tests.charge") is None
+
+        @safe(store, name="tests.charge")
+        def charge(key: str, amount: int) -> int:
+            return amount
+
+        assert charge("paid-4", 5) == Succeeded("paid-4", 5, replayed=True)
+        assert store._result_shape("tests.charge") is None  # a replay claims nothing
+        assert charge("new-5", 6) == Succeeded("new-5", 6)
+        assert store._result_shape("tests.charge") == shape_text(int)
+
+
 def test_a_claim_records_its_owners_machine_and_pid_namespace(ledger: Path) -> None:
     """The columns new in schema 3 hold the claiming process's machine id and PID namespace."""
     with get_store(ledger) as store:
@@ -290,6 +328,12 @@ TAMPERED = {
         "ALTER TABLE calls ADD COLUMN owner_pidns TEXT",
         2,
         "duplicate column name: owner_pidns",
+    ),
+    "schema 4 with a tools table made by hand": (
+        V4,
+        "CREATE TABLE tools (name TEXT PRIMARY KEY)",
+        4,
+        "table tools already exists",
     ),
 }
 

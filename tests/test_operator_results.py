@@ -1,7 +1,7 @@
-"""An operator's decision is typed, checked where the tool is known, and correctable."""
+"""An operator's decision is typed, checked against the tool's return type, and correctable."""
 
 import json
-import os
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -19,11 +19,15 @@ from safeact import (
     StoreError,
     Succeeded,
     get_store,
+    register_type,
     safe,
 )
-from safeact._cli import find_tool, main
+from safeact._cli import main
 from safeact._history import Why
 from tests.actions import Receipt, bury_owners
+
+V4 = Path(__file__).with_name("data") / "ledger-v4.db"
+"""A schema-4 ledger: key doubt-4 of tool tests.charge (-> int) in doubt (see test_migrate)."""
 
 
 @pytest.fixture
@@ -194,9 +198,12 @@ def test_amend_is_refused_for_another_tools_key(store: Store) -> None:
         other.amend("k", 2)
 
 
-SHOP = textwrap.dedent(
+# The command line checks an operator's JSON against the description the tool's own process
+# left in the ledger: it never imports the tool's module, which may print, exit, or not exist.
+
+REFUNDS = textwrap.dedent(
     """
-    import os
+    import sys
 
     import attrs
 
@@ -209,29 +216,49 @@ SHOP = textwrap.dedent(
         amount: int
 
 
-    @safe(os.environ["SHOP_LEDGER"])
+    @safe(sys.argv[1], name="refunds")
     def refund(key: str, to: str) -> Refund:
-        raise KeyboardInterrupt
+        if sys.argv[3] == "crash":
+            raise KeyboardInterrupt
+        raise AssertionError("ran again")
+
+
+    try:
+        print(refund(sys.argv[2], "bob"))
+    except KeyboardInterrupt:
+        print("interrupted")
     """
 )
+"""A script (not an importable module) whose tool is named with name=; it runs as a file."""
+
+
+def script(where: Path, ledger: Path, key: str, mode: str) -> str:
+    """Run the refunds script as ``python refunds.py``; return what it printed."""
+    done = subprocess.run(
+        [sys.executable, str(where / "refunds.py"), str(ledger), key, mode],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=60,
+    )
+    return done.stdout
 
 
 @pytest.fixture
-def shop(tmp_path: Path, ledger: Path) -> Path:
-    """A project directory whose module shop.py defines tool shop.refund, key r-1 in doubt."""
-    (tmp_path / "shop.py").write_text(SHOP)
-    with get_store(ledger) as store:
-        store._claim("r-1", "shop.refund", "h", attempt_id="a", previous=None)
-        bury_owners(store)
-    return tmp_path
+def refunds(tmp_path: Path, ledger: Path) -> Path:
+    """A project whose script refunds.py left key r-1 of its tool "refunds" in doubt."""
+    project = tmp_path / "project"
+    project.mkdir()
+    (project / "refunds.py").write_text(REFUNDS)
+    assert script(project, ledger, "r-1", "crash") == "interrupted\n"
+    return project
 
 
-def cli(where: Path, ledger: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    """Run ``python -m safeact`` in ``where``, as an operator in the project directory."""
+def cli(where: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """Run ``python -m safeact`` in ``where``, as an operator in a project directory."""
     return subprocess.run(
         [sys.executable, "-m", "safeact", *args],
         cwd=where,
-        env={**os.environ, "SHOP_LEDGER": str(ledger)},
         capture_output=True,
         text=True,
         check=False,
@@ -244,6 +271,199 @@ def stored(ledger: Path, key: str) -> tuple[State, object]:
         record = store._stored(key)  # the row as written
     assert record is not None
     return record.state, record.result
+
+
+def events(ledger: Path, key: str) -> int:
+    with get_store(ledger) as store:
+        return len(store.history(key))
+
+
+def test_cli_refuses_a_misfit_for_a_tool_made_in_a_script_and_changes_nothing(
+    refunds: Path, ledger: Path, tmp_path: Path
+) -> None:
+    """A tool named with name= in a script is checked all the same: a misfit exits 2, one line."""
+    before = (stored(ledger, "r-1"), events(ledger, "r-1"))
+    done = cli(tmp_path, "resolve", str(ledger), "r-1", "--happened", "--result", '{"to": 7}')
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        "safeact: error: the result does not fit the return type of refunds: $.to: expected a "
+        "string, got 7; $.amount: missing (Refund always has it); nothing was changed\n"
+    )
+    assert (stored(ledger, "r-1"), events(ledger, "r-1")) == before
+    assert before[0][0] is State.IN_DOUBT
+
+
+def test_cli_stores_a_result_that_fits_a_tool_made_in_a_script(
+    refunds: Path, ledger: Path, tmp_path: Path
+) -> None:
+    """A fitting --result is stored without a word on stderr, and the script replays it."""
+    result = json.dumps({"to": "bob", "amount": 20})
+    done = cli(tmp_path, "resolve", str(ledger), "r-1", "--happened", "--result", result)
+    assert (done.returncode, done.stderr) == (0, "")
+    assert stored(ledger, "r-1") == (State.SUCCEEDED, {"to": "bob", "amount": 20})
+    replayed = script(refunds, ledger, "r-1", "replay")
+    assert "Refund(to='bob', amount=20)" in replayed
+    assert "replayed=True" in replayed
+
+
+def test_cli_amend_checks_the_correction_too(refunds: Path, ledger: Path, tmp_path: Path) -> None:
+    """`safeact amend` refuses a misfit (nothing changes) and stores a fitting correction."""
+    first = json.dumps({"to": "bob", "amount": 2})
+    assert (
+        cli(tmp_path, "resolve", str(ledger), "r-1", "--happened", "--result", first).returncode
+        == 0
+    )
+    kept = events(ledger, "r-1")
+    refused = cli(
+        tmp_path, "amend", str(ledger), "r-1", "--result", '{"to": "bob", "amount": "20"}'
+    )
+    assert (refused.returncode, refused.stdout) == (2, "")
+    assert refused.stderr == (
+        "safeact: error: the result does not fit the return type of refunds: $.amount: expected "
+        'an integer, got "20"; nothing was changed\n'
+    )
+    assert (stored(ledger, "r-1"), events(ledger, "r-1")) == (
+        (State.SUCCEEDED, {"to": "bob", "amount": 2}),
+        kept,
+    )
+    fixed = json.dumps({"to": "bob", "amount": 20})
+    done = cli(tmp_path, "amend", str(ledger), "r-1", "--result", fixed, "--note", "typo")
+    assert (done.returncode, done.stderr) == (0, "")
+    assert stored(ledger, "r-1") == (State.SUCCEEDED, {"to": "bob", "amount": 20})
+    with get_store(ledger) as store:
+        last = store.history("r-1")[-1]
+    assert (last.why, last.note) == (Why.AMENDED, 'was {"to": "bob", "amount": 2}; typo')
+
+
+def test_cli_cuts_a_long_list_of_problems(store: Store, ledger: Path, tmp_path: Path) -> None:
+    """Five misfits: the line names three and says how many more there are."""
+
+    @safe(store, name="scores")
+    def scores(key: str) -> list[int]:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        scores("s-1")
+    done = cli(
+        tmp_path,
+        "resolve",
+        str(ledger),
+        "s-1",
+        "--happened",
+        "--result",
+        '["a", "b", "c", "d", "e"]',
+    )
+    assert (done.returncode, done.stdout) == (2, "")
+    assert done.stderr == (
+        "safeact: error: the result does not fit the return type of scores: $[0]: expected an "
+        'integer, got "a"; $[1]: expected an integer, got "b"; $[2]: expected an integer, got '
+        '"c"; and 2 more; nothing was changed\n'
+    )
+
+
+NOISY = textwrap.dedent(
+    """
+    import pathlib
+    import sys
+
+    pathlib.Path("imported").write_text("shop was imported")
+    print("shop says hello at import")
+    sys.exit(0)
+    """
+)
+"""A module that prints and exits when imported: what an operator's command must never run."""
+
+
+@pytest.mark.parametrize("command", ["resolve", "amend"])
+def test_cli_never_imports_the_tools_module(
+    command: str, store: Store, ledger: Path, tmp_path: Path
+) -> None:
+    """A module named like the tool, printing and exiting at import, is not imported."""
+
+    @safe(store, name="shop.refund")
+    def refund(key: str, to: str) -> Receipt:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        refund("r-1", "bob")
+    (tmp_path / "shop.py").write_text(NOISY)
+    if command == "amend":
+        store.resolve("r-1", happened=True, result={"to": "bob", "amount": 1})
+    result = json.dumps({"to": "bob", "amount": 20})
+    args = ["--happened", "--result", result] if command == "resolve" else ["--result", result]
+    done = cli(tmp_path, command, str(ledger), "r-1", *args, "--json")
+    assert (done.returncode, done.stderr) == (0, "")
+    (line,) = done.stdout.splitlines()
+    assert json.loads(line)["record"]["result"] == {"to": "bob", "amount": 20}
+    assert not (tmp_path / "imported").exists()
+    assert stored(ledger, "r-1") == (State.SUCCEEDED, {"to": "bob", "amount": 20})
+
+
+class Points:
+    """Stored by its own register_type rule: the command line cannot check its JSON."""
+
+    def __init__(self, value: int) -> None:
+        self.value = value
+
+
+register_type(Points, to_json=lambda points: points.value, from_json=Points)
+
+
+def test_cli_warns_which_part_it_could_not_check(
+    store: Store, ledger: Path, tmp_path: Path
+) -> None:
+    """A part stored by register_type goes in unchecked, with a one-line warning naming it."""
+
+    @safe(store, name="award")
+    def award(key: str) -> dict[str, Points]:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        award("a-1")
+    done = cli(
+        tmp_path, "resolve", str(ledger), "a-1", "--happened", "--result", '{"bob": 5}', "--json"
+    )
+    assert done.returncode == 0
+    assert done.stderr == (
+        "safeact: warning: part of the result is not checked against the return type of award: "
+        "$.bob: Points is stored by the register_type functions of Points (the tool's code); if "
+        "it does not fit, replaying 'a-1' says so: then correct it with safeact amend\n"
+    )
+    assert json.loads(done.stdout)["to_state"] == "succeeded"
+    assert stored(ledger, "a-1") == (State.SUCCEEDED, {"bob": 5})
+
+
+def test_cli_warns_for_a_key_recorded_before_tools_described_their_results(
+    tmp_path: Path,
+) -> None:
+    """A key of a schema-4 ledger has no description: stored unchecked, said so; then checked."""
+    ledger = tmp_path / "v4.db"
+    shutil.copyfile(V4, ledger)
+    assert cli(tmp_path, "migrate", str(ledger)).returncode == 0
+    done = cli(tmp_path, "resolve", str(ledger), "doubt-4", "--happened", "--result", '"seven"')
+    assert (done.returncode, done.stdout) == (0, "doubt-4: in_doubt → succeeded\n")
+    assert done.stderr == (
+        "safeact: warning: the result is not checked: the ledger has no description of "
+        "tests.charge's results (it is written at the tool's first claim since the ledger "
+        "reached schema 5); if it does not fit, replaying 'doubt-4' says so: then correct it "
+        "with safeact amend\n"
+    )
+    assert stored(ledger, "doubt-4") == (State.SUCCEEDED, "seven")
+    with get_store(ledger) as store:
+
+        @safe(store, name="tests.charge")
+        def charge(key: str, amount: int) -> int:
+            return amount
+
+        assert charge("new-5", 5).unwrap() == 5  # its first claim since the upgrade
+    refused = cli(tmp_path, "amend", str(ledger), "doubt-4", "--result", '"seven"')
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        "safeact: error: the result does not fit the return type of tests.charge: $: expected "
+        'an integer, got "seven"; nothing was changed\n'
+    )
+    assert cli(tmp_path, "amend", str(ledger), "doubt-4", "--result", "7").returncode == 0
+    assert stored(ledger, "doubt-4") == (State.SUCCEEDED, 7)
 
 
 def test_cli_happened_needs_an_explicit_result(
@@ -261,53 +481,6 @@ def full_ledger(ledger: Path) -> Path:
         store._claim("r-1", "shop.refund", "h", attempt_id="a", previous=None)
         bury_owners(store)
     return ledger
-
-
-def test_cli_refuses_a_result_that_does_not_fit_the_found_tool(shop: Path, ledger: Path) -> None:
-    """With the tool's module importable, a misfit --result exits 2 and changes nothing."""
-    done = cli(
-        shop, ledger, "resolve", str(ledger), "r-1", "--happened", "--result", '{"to": "bob"}'
-    )
-    assert done.returncode == 2
-    assert "shop.refund: the result given does not fit" in done.stderr
-    assert "Traceback" not in done.stderr
-    assert stored(ledger, "r-1") == (State.ATTEMPTING, None)
-
-
-def test_cli_stores_a_result_that_fits_the_found_tool(shop: Path, ledger: Path) -> None:
-    """A fitting --result is stored without a warning, and the tool replays it."""
-    result = json.dumps({"to": "bob", "amount": 20})
-    done = cli(shop, ledger, "resolve", str(ledger), "r-1", "--happened", "--result", result)
-    assert (done.returncode, done.stderr) == (0, "")
-    assert stored(ledger, "r-1") == (State.SUCCEEDED, {"to": "bob", "amount": 20})
-
-
-def test_cli_warns_when_the_tool_cannot_be_found(shop: Path, ledger: Path) -> None:
-    """Away from the tool's module, the result is stored unchecked, with a warning that says so."""
-    elsewhere = shop / "elsewhere"
-    elsewhere.mkdir()
-    done = cli(elsewhere, ledger, "resolve", str(ledger), "r-1", "--happened", "--result", "5")
-    assert done.returncode == 0
-    assert "not checked against shop.refund's return type" in done.stderr
-    assert "safeact amend" in done.stderr
-    assert stored(ledger, "r-1") == (State.SUCCEEDED, 5)
-
-
-def test_cli_amend_corrects_a_value_checked_against_the_tool(shop: Path, ledger: Path) -> None:
-    """`safeact amend` refuses a misfit and stores a fitting correction, kept in history."""
-    first = json.dumps({"to": "bob", "amount": 2})
-    resolved = cli(shop, ledger, "resolve", str(ledger), "r-1", "--happened", "--result", first)
-    assert resolved.returncode == 0, resolved.stderr
-    refused = cli(shop, ledger, "amend", str(ledger), "r-1", "--result", "5")
-    assert refused.returncode == 2
-    assert "does not fit" in refused.stderr
-    fixed = json.dumps({"to": "bob", "amount": 20})
-    done = cli(shop, ledger, "amend", str(ledger), "r-1", "--result", fixed, "--note", "typo")
-    assert done.returncode == 0, done.stderr
-    assert stored(ledger, "r-1") == (State.SUCCEEDED, {"to": "bob", "amount": 20})
-    with get_store(ledger) as store:
-        last = store.history("r-1")[-1]
-    assert (last.why, last.note) == (Why.AMENDED, 'was {"to": "bob", "amount": 2}; typo')
 
 
 def pay(key: str) -> int:
@@ -356,31 +529,6 @@ def test_a_static_function_in_a_class_body_is_a_tool(store: Store) -> None:
 
     assert Cart.checkout("c", 3) == Succeeded("c", 3)
     assert Cart().checkout("c", 3) == Succeeded("c", 3, replayed=True)
-
-
-@pytest.mark.parametrize(
-    ("source", "name", "says"),
-    [
-        (
-            "raise RuntimeError('no config')\n",
-            "broken.refund",
-            "importing broken raised RuntimeError: no config",
-        ),
-        ("refund = 1\n", "plain.refund", "plain has no tool refund"),
-        ("", "plain2.nested.refund", "plain2 has no tool nested.refund"),
-        ("", "nowhere_at_all_module", "no importable module holds nowhere_at_all_module"),
-    ],
-)
-def test_find_tool_says_why_it_cannot_find_a_tool(
-    source: str, name: str, says: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
-) -> None:
-    """A module that raises, lacks the tool or does not exist gives a reason, not an error."""
-    module = name.split(".", maxsplit=1)[0]
-    (tmp_path / f"{module}.py").write_text(source)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.setattr(sys, "path", list(sys.path))
-    monkeypatch.delitem(sys.modules, module, raising=False)
-    assert find_tool(name) == says
 
 
 def test_tool_resolve_keeps_the_operators_note_in_the_history(store: Store) -> None:

@@ -173,6 +173,11 @@ def test_version_names_the_installed_safeact() -> None:
     )
 
 
+RECEIPT_7 = '{"to": "bob", "amount": 7}'
+RECEIPT_8 = '{"to": "bob", "amount": 8}'
+"""Results of the crashed keys' tool (tests.charge, which returns a Receipt), as JSON."""
+
+
 def test_every_command_prints_json_of_its_documented_shape(crashed: str) -> None:
     """--json of every command is JSON (one object, or one per line for the listings)."""
     key = CRASHED[0]
@@ -186,8 +191,8 @@ def test_every_command_prints_json_of_its_documented_shape(crashed: str) -> None
             "stats": ("stats", crashed),
             "purge": ("purge", crashed, "--older-than", "0s", "--dry-run"),
             "reconcile": ("reconcile", crashed),
-            "resolve": ("resolve", crashed, key, "--happened", "--result", "7"),
-            "amend": ("amend", crashed, key, "--result", "8"),
+            "resolve": ("resolve", crashed, key, "--happened", "--result", RECEIPT_7),
+            "amend": ("amend", crashed, key, "--result", RECEIPT_8),
             "migrate": ("migrate", crashed),
         }.items()
     }
@@ -216,9 +221,12 @@ def test_every_command_prints_json_of_its_documented_shape(crashed: str) -> None
     assert (resolved["from_state"], resolved["to_state"], resolved["record"]["result"]) == (
         "in_doubt",
         "succeeded",
-        7,
+        json.loads(RECEIPT_7),
     )
-    assert (objects["amend"][0]["result"], objects["amend"][0]["record"]["result"]) == (8, 8)
+    assert (objects["amend"][0]["result"], objects["amend"][0]["record"]["result"]) == (
+        json.loads(RECEIPT_8),
+        json.loads(RECEIPT_8),
+    )
     (migrated,) = objects["migrate"]
     assert migrated["from_schema"] == migrated["to_schema"]
     assert migrated["backup"] is None
@@ -234,7 +242,11 @@ def undocumented(command: str, found: object) -> set[str]:
         return set().union(*(undocumented(command, item) for item in found))
     if isinstance(found, dict):
         return {field for field in found if field not in named and not field[0].isupper()}.union(
-            *(undocumented(command, value) for field, value in found.items() if field != "tools")
+            *(
+                undocumented(command, value)
+                for field, value in found.items()
+                if field not in ("tools", "result")  # a tool's names, a tool's value
+            )
         )
     return set()
 
@@ -256,6 +268,8 @@ def test_control_characters_in_keys_are_escaped_and_json_keeps_them(any_ledger: 
             ("ls", any_ledger),
             ("doubt", any_ledger),
             ("stats", any_ledger),
+            # A misfit: the error names the tool, whose name holds an escape sequence.
+            ("resolve", any_ledger, UNSAFE[0] + "-lost", "--happened", "--result", '"one"'),
             ("resolve", any_ledger, UNSAFE[0] + "-lost", "--happened", "--result", "1"),
             ("amend", any_ledger, UNSAFE[0] + "-lost", "--result", "2"),
             ("resolve", any_ledger, UNSAFE[0], "--not-happened"),

@@ -21,9 +21,9 @@ from safeact._schema import _MIGRATIONS, migrate
 from safeact._tables import SCHEMA_VERSION
 
 DATA = Path(__file__).with_name("data")
-SQLITE_LEDGERS = {1: DATA / "ledger-v1.db", 2: DATA / "ledger-v2.db", 3: DATA / "ledger-v3.db"}
+SQLITE_LEDGERS = {version: DATA / f"ledger-v{version}.db" for version in (1, 2, 3, 4)}
 """A ledger file of each older version, as its safeact wrote it (see tests/test_migrate.py)."""
-POSTGRES_DUMPS = {2: DATA / "postgres-v2.sql", 3: DATA / "postgres-v3.sql"}
+POSTGRES_DUMPS = {version: DATA / f"postgres-v{version}.sql" for version in (2, 3, 4)}
 """What a safeact of each older PostgreSQL schema version created (PostgreSQL began at 2)."""
 POSTGRES_V2 = POSTGRES_DUMPS[2]
 """What a safeact of schema 2, the first on PostgreSQL, created in an empty schema."""
