@@ -7,6 +7,7 @@ before the ledger is touched.
 """
 
 import os
+import resource
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -34,8 +35,23 @@ COMMANDS = [
 the moment it runs, after every event of the ledger)."""
 
 
-def sweep(ledger: Path, command: list[str], stdout: int | None, **env: str) -> tuple[int, str]:
-    """Run ``command`` with ``stdout`` as its standard output (None: closed, by the shell)."""
+def sweep(
+    ledger: Path,
+    command: list[str],
+    stdout: int | None,
+    *,
+    file_size_limit: int | None = None,
+    **env: str,
+) -> tuple[int, str]:
+    """Run ``command`` with ``stdout`` as its standard output (None: closed, by the shell).
+
+    ``file_size_limit``: the bytes any file the command writes may grow to (``ulimit -f``).
+    """
+
+    def limit_file_size() -> None:
+        if file_size_limit is not None:
+            resource.setrlimit(resource.RLIMIT_FSIZE, (file_size_limit, file_size_limit))
+
     now = datetime.now(UTC).isoformat()
     args = [part.format(ledger=ledger, now=now) for part in command]
     safeact = [sys.executable, "-m", "safeact", *args]
@@ -47,6 +63,7 @@ def sweep(ledger: Path, command: list[str], stdout: int | None, **env: str) -> t
         check=False,
         timeout=60,
         env={**os.environ, **env},
+        preexec_fn=limit_file_size,
     )
     return result.returncode, result.stderr
 
@@ -65,6 +82,20 @@ def test_a_command_on_a_full_disk_says_so_in_one_line(ledger: Path, command: lis
         code, said = sweep(ledger, command, full.fileno())
     assert (code, said.count("\n")) == (2, 1), said
     assert said.startswith("safeact: error: cannot write the output (No space left on device)")
+
+
+@pytest.mark.parametrize("command", COMMANDS, ids=lambda command: " ".join(command[:2]))
+def test_a_command_past_its_file_size_limit_says_so_in_one_line(
+    ledger: Path, command: list[str], tmp_path: Path
+) -> None:
+    """``ulimit -f``: standard output, a file already at the limit, takes no more; one line."""
+    limit = 1 << 20  # above the ledger's own files, which the command may write
+    printed = tmp_path / "out.txt"
+    printed.write_bytes(b"\n" * limit)
+    with printed.open("a") as out:
+        code, said = sweep(ledger, command, out.fileno(), file_size_limit=limit)
+    assert (code, said.count("\n")) == (2, 1), said
+    assert said.startswith("safeact: error: cannot write the output (File too large)")
 
 
 @pytest.mark.parametrize("command", COMMANDS, ids=lambda command: " ".join(command[:2]))
