@@ -1,9 +1,9 @@
 """Every command ends in one line and a non-zero exit when its output cannot be written.
 
 A sweep of the commands with standard output on ``/dev/full`` (a full disk), past the file
-size limit (``ulimit -f``), closed, and in an ASCII-only encoding: never a traceback. What cannot be encoded is written escaped; what
-cannot be written is one line on stderr and exit 2; a closed standard output is refused
-before the ledger is touched.
+size limit (``ulimit -f``), closed, and in an ASCII-only encoding: never a traceback. What
+cannot be encoded is written escaped; what cannot be written is one line on stderr and exit
+2; a closed standard output is refused before the ledger is touched.
 """
 
 import os
