@@ -338,19 +338,6 @@ class _Guard(Generic[T_co]):
         except ResultNotStorableError as exc:
             raise TypeError(f"{self.name}: the result given does not fit: {exc}") from exc
 
-    def _checked_json(self, value: object) -> JSON:
-        """Check JSON an operator gives as this tool's result: it must replay as given.
-
-        Raises:
-            TypeError: ``value`` does not rebuild as the return type, or not as itself.
-
-        """
-        try:
-            rebuilt = decode(cast("JSON", value), self.return_type, key="-", tool=self.name)
-        except StoreError as exc:
-            raise TypeError(f"{self.name}: the result given does not fit: {exc}") from exc
-        return self._checked(rebuilt)
-
     @overload
     def resolve(
         self,
