@@ -19,6 +19,7 @@ import importlib
 import importlib.metadata
 import importlib.util
 import json
+import math
 import os
 import re
 import sys
@@ -279,7 +280,12 @@ def json_value(text: str) -> object:
             f"{_DEEPEST} levels"
         )
     try:
-        return json.loads(text)
+        return json.loads(text, parse_float=_finite, parse_constant=_not_a_number)
+    except _NotFiniteError as exc:
+        raise argparse.ArgumentTypeError(
+            f"{echoed(text)} holds {exc}, which is not a finite number; a result holds finite "
+            "numbers only (JSON has no NaN or infinity)"
+        ) from None
     except json.JSONDecodeError as exc:
         raise argparse.ArgumentTypeError(f"{echoed(text)} is not JSON ({exc})") from None
     except ValueError:  # json's only other error: an integer over Python's digit limit
@@ -288,6 +294,22 @@ def json_value(text: str) -> object:
             f"{sys.get_int_max_str_digits():,} digits, the most Python reads from text "
             "(its int max str digits limit)"
         ) from None
+
+
+class _NotFiniteError(ArithmeticError):
+    """A number in ``--result`` that is no finite float (``1e400``, ``NaN``)."""
+
+
+def _finite(text: str) -> float:
+    number = float(text)
+    if not math.isfinite(number):
+        raise _NotFiniteError(text)
+    return number
+
+
+def _not_a_number(text: str) -> NoReturn:
+    """``NaN``, ``Infinity`` and ``-Infinity``: Python's json reads them; JSON has none."""
+    raise _NotFiniteError(text)
 
 
 def nesting(text: str) -> int:

@@ -195,6 +195,13 @@ def test_a_result_holding_too_long_an_integer_is_refused_saying_why(ledger: Path
     assert len(result.stderr) < 400
 
 
+@pytest.mark.parametrize("number", ["1e400", "-1e400", "NaN", "Infinity", "-Infinity"])
+def test_a_result_holding_no_finite_number_is_refused_saying_why(ledger: Path, number: str) -> None:
+    """Python's json reads 1e400 as infinity and NaN as NaN; no result can hold them."""
+    result = run("resolve", ledger, "pay-2", "--happened", "--result", f'{{"amount": {number}}}')
+    assert_refused(result, "argument --result", f"holds {number}, which is not a finite number")
+
+
 def test_a_long_value_that_is_not_json_is_cut_in_the_error(ledger: Path) -> None:
     """Long text that is not JSON is quoted cut, with its length and JSON's reason."""
     result = run("resolve", ledger, "pay-2", "--happened", "--result", "{" + "x" * 5000)
