@@ -8,15 +8,17 @@ values together and names the first place they part.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime as dt
 import decimal
 import math
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import attrs
+
+from safeact._json_rules import is_pydantic_model
 
 __all__ = ["difference"]
 
@@ -40,7 +42,9 @@ def difference(
         same = _same_scalar(returned, rebuilt)
         return None if same else f"{where}: {_short(returned)} would replay as {_short(rebuilt)}"
     for name, left, right in parts:
-        if right is _MISSING:
+        if left is _MISSING or right is _MISSING:
+            if left is right:
+                continue  # a field never set stays unset after a replay
             return f"{where}{name}: would be missing after a replay"
         found = difference(left, right, opaque=opaque, where=f"{where}{name}")
         if found is not None:
@@ -56,9 +60,7 @@ def _type_change(returned: object, rebuilt: object, where: str) -> str:
     return lost
 
 
-def _parts(  # noqa: PLR0911 - one arm per kind of container
-    left: Any, right: Any
-) -> Iterable[tuple[str, object, object]] | None:
+def _parts(left: Any, right: Any) -> Iterable[tuple[str, object, object]] | None:  # noqa: PLR0911 - one arm per kind of container
     """The pairs of parts to compare inside two values of one type; None for a scalar."""
     if isinstance(left, dt.datetime | dt.time):
         return None
@@ -66,17 +68,27 @@ def _parts(  # noqa: PLR0911 - one arm per kind of container
         if len(left) != len(right):
             return [(" (its length)", len(left), len(right))]
         return [(f"[{i}]", a, b) for i, (a, b) in enumerate(zip(left, right, strict=True))]
+    if isinstance(left, collections.ChainMap):
+        return [(".maps", left.maps, right.maps)]
     if isinstance(left, Mapping):
-        return _matched(left, right, lambda key: f"[{key!r}]", values=True)
+        pairs = _matched(left, right, lambda key: f"[{key!r}]", values=True)
+        if isinstance(left, collections.defaultdict):
+            pairs.append((".default_factory", left.default_factory, right.default_factory))
+        return pairs
     if isinstance(left, set | frozenset):
         return _matched(left, right, lambda item: f" item {item!r}", values=False)
+    return _fields(left, right)
+
+
+def _fields(left: Any, right: Any) -> list[tuple[str, object, object]] | None:
+    """The pairs of fields of two instances of one attrs class, dataclass or model."""
     if attrs.has(type(left)):
         names = [field.name for field in attrs.fields(type(left))]
         return [(f".{name}", _get(left, name), _get(right, name)) for name in names]
     if dataclasses.is_dataclass(left):
         names = [field.name for field in dataclasses.fields(left)]
         return [(f".{name}", _get(left, name), _get(right, name)) for name in names]
-    if _is_pydantic(left):
+    if is_pydantic_model(type(left)):
         names = list(type(left).model_fields)
         pairs = [(f".{name}", _get(left, name), _get(right, name)) for name in names]
         extra = ("(extra fields)", left.__pydantic_extra__, right.__pydantic_extra__)
@@ -123,6 +135,8 @@ def _same_zone(left: dt.datetime | dt.time, right: dt.datetime | dt.time) -> boo
     """Whether two times' zones are one zone: the same named zone, or the same fixed offset."""
     if left.tzinfo is None or right.tzinfo is None:
         return left.tzinfo is right.tzinfo
+    if isinstance(left.tzinfo, dt.timezone) and isinstance(right.tzinfo, dt.timezone):
+        return left.tzinfo == right.tzinfo and left.tzname() == right.tzname()  # "CET" too
     zone = getattr(left.tzinfo, "key", None)
     if zone is not None or getattr(right.tzinfo, "key", None) is not None:
         return bool(zone == getattr(right.tzinfo, "key", None))
@@ -131,11 +145,6 @@ def _same_zone(left: dt.datetime | dt.time, right: dt.datetime | dt.time) -> boo
 
 def _get(value: object, name: str) -> object:
     return getattr(value, name, _MISSING)
-
-
-def _is_pydantic(value: object) -> bool:
-    pydantic = sys.modules.get("pydantic")
-    return pydantic is not None and isinstance(value, pydantic.BaseModel)
 
 
 def _kind(value: object) -> str:

@@ -29,10 +29,19 @@ from cattrs.cols import is_abstract_set, is_any_set, iterable_unstructure_factor
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn
 from cattrs.preconf.json import make_converter
 
+from safeact._keys import class_name, main_module
+
 if typing.TYPE_CHECKING:
     from safeact._protocol import JSON
 
-__all__ = ["JSON_DECODER", "STRICT_JSON", "converter", "is_pydantic_model", "seen"]
+__all__ = [
+    "JSON_DECODER",
+    "STRICT_JSON",
+    "bind",
+    "converter",
+    "is_pydantic_model",
+    "seen",
+]
 
 converter = make_converter(forbid_extra_keys=True)
 
@@ -114,12 +123,29 @@ def _has_late_fields(cls: object) -> bool:
 
 
 def _late_fields(cls: type[Any]) -> dict[str, Any]:
-    """The ``init=False`` fields of ``cls`` and their types."""
-    if attrs.has(cls):
-        attrs.resolve_types(cls)
-        return {field.name: field.type for field in attrs.fields(cls) if not field.init}
-    hints = typing.get_type_hints(cls)
-    return {field.name: hints[field.name] for field in dataclasses.fields(cls) if not field.init}
+    """The ``init=False`` fields of ``cls`` (maybe ``Box[int]``) and their types."""
+    base = typing.get_origin(cls) or cls
+    bound = dict(zip(getattr(base, "__parameters__", ()), typing.get_args(cls), strict=False))
+    if attrs.has(base):
+        attrs.resolve_types(base)
+        late = {field.name: field.type for field in attrs.fields(base) if not field.init}
+    else:
+        hints = typing.get_type_hints(base)
+        late = {f.name: hints[f.name] for f in dataclasses.fields(base) if not f.init}
+    return {name: bind(kind, bound) for name, kind in late.items()}
+
+
+def bind(annotation: object, bound: dict[object, object]) -> Any:
+    """``annotation`` with a generic class's type variables replaced by their types."""
+    if isinstance(annotation, typing.TypeVar):
+        return bound.get(annotation, annotation)
+    variables = getattr(annotation, "__parameters__", ())
+    if not variables or not bound:
+        return annotation
+    try:
+        return annotation[tuple(bound.get(v, v) for v in variables)]  # type: ignore[index] # a generic alias
+    except TypeError:
+        return annotation
 
 
 def _late_unstructure_hook(cls: type[Any]) -> Callable[[Any], dict[str, Any]]:
@@ -162,9 +188,10 @@ _SUBCLASS = "safeact:class"
 
 
 def _is_record_class(cls: object) -> bool:
-    """Whether ``cls`` is an attrs class, a dataclass or a pydantic model: stored by fields."""
-    return isinstance(cls, type) and (
-        attrs.has(cls) or dataclasses.is_dataclass(cls) or is_pydantic_model(cls)
+    """Whether ``cls`` is an attrs class, a dataclass or a pydantic model (``Box[int]`` too)."""
+    base = typing.get_origin(cls) or cls
+    return isinstance(base, type) and (
+        attrs.has(base) or dataclasses.is_dataclass(base) or is_pydantic_model(base)
     )
 
 
@@ -172,18 +199,19 @@ def _class_unstructure_hook(cls: type[Any]) -> Callable[[Any], Any]:
     """Write an instance by its fields; a subclass's instance by its own, with its class named.
 
     Written as the annotated class, a subclass instance would replay as the base, its own
-    fields lost.
+    fields lost. ``cls`` may be a generic class's alias (``Box[int]``).
     """
+    base = typing.get_origin(cls) or cls
     if is_pydantic_model(cls):
         own = _model_unstructure_hook(cls)
-    elif _has_late_fields(cls):
+    elif _has_late_fields(base):
         own = _late_unstructure_hook(cls)
     else:
         own = make_dict_unstructure_fn(cls, converter)
 
     def unstructure(value: Any) -> Any:
         kind = type(value)
-        if kind is cls or not issubclass(kind, cls):
+        if kind is base or not issubclass(kind, base):
             return own(value)
         return {**converter.get_unstructure_hook(kind)(value), _SUBCLASS: _class_name(kind)}
 
@@ -192,9 +220,10 @@ def _class_unstructure_hook(cls: type[Any]) -> Callable[[Any], Any]:
 
 def _class_structure_hook(cls: type[Any]) -> Callable[[Any, Any], Any]:
     """Read an instance written by ``_class_unstructure_hook``, a subclass's as that subclass."""
+    base = typing.get_origin(cls) or cls
     if is_pydantic_model(cls):
         own = _model_structure_hook(cls)
-    elif _has_late_fields(cls):
+    elif _has_late_fields(base):
         own = _late_structure_hook(cls)
     else:
         own = make_dict_structure_fn(cls, converter)
@@ -202,7 +231,7 @@ def _class_structure_hook(cls: type[Any]) -> Callable[[Any, Any], Any]:
     def structure(data: Any, _: object) -> Any:
         if not isinstance(data, dict) or _SUBCLASS not in data:
             return own(data, cls)
-        kind = _subclass(cls, data[_SUBCLASS])
+        kind = _subclass(base, data[_SUBCLASS])
         fields = {name: item for name, item in data.items() if name != _SUBCLASS}
         return converter.get_structure_hook(kind)(fields, kind)
 
@@ -210,11 +239,13 @@ def _class_structure_hook(cls: type[Any]) -> Callable[[Any, Any], Any]:
 
 
 def _class_name(cls: type[Any]) -> str:
-    return f"{cls.__module__}:{cls.__qualname__}"
+    """``module:qualname``, a script's module named as an import names it (as in args hashes)."""
+    module, qualname = class_name(cls)
+    return f"{module}:{qualname}"
 
 
 def _subclass(base: type[Any], name: object) -> type[Any]:
-    """The subclass of ``base`` called ``name`` (``module:qualname``), its module imported.
+    """The subclass of ``base`` called ``name`` (``module:qualname``), found as pickle would.
 
     Raises:
         TypeError: no such subclass (the class was renamed, moved, or defined in a function
@@ -222,20 +253,48 @@ def _subclass(base: type[Any], name: object) -> type[Any]:
 
     """
     if isinstance(name, str):
-        module, _, _ = name.partition(":")
-        with contextlib.suppress(ImportError):
-            importlib.import_module(module)  # the application's own module, as pickle does
-        pending = [base]
-        while pending:
-            for kind in pending.pop().__subclasses__():
-                if _class_name(kind) == name:
-                    return kind
-                pending.append(kind)
+        found = _by_name(name)
+        if isinstance(found, type) and issubclass(found, base):
+            return found
+        # A class made inside a function is no attribute of its module: look among the live
+        # subclasses, the last made first. attrs and slotted dataclasses replace the class
+        # they decorate, and the replaced one, of the same name but fewer fields, stays
+        # listed until the garbage collector runs.
+        named = [kind for kind in _subclasses(base) if _class_name(kind) == name]
+        if named:
+            return named[-1]
     raise TypeError(
         f"the result was stored as {name!r}, which is not a subclass of "
         f"{_class_name(base)} that this process knows (renamed, moved, or defined inside a "
         "function that has not run)"
     )
+
+
+def _by_name(name: str) -> object:
+    """What ``module:qualname`` names: the module imported (the application's own), or None."""
+    module_name, _, qualname = name.partition(":")
+    found: object = sys.modules.get(module_name)
+    if found is None and module_name == main_module():
+        found = sys.modules.get("__main__")  # a script, named as its file is imported
+    if found is None:
+        try:
+            found = importlib.import_module(module_name)
+        except ImportError:
+            return None
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    return found
+
+
+def _subclasses(base: type[Any]) -> list[type[Any]]:
+    """Every subclass of ``base``, at any depth, each level in the order they were made."""
+    found: list[type[Any]] = []
+    pending = [base]
+    while pending:
+        for kind in pending.pop(0).__subclasses__():
+            found.append(kind)
+            pending.append(kind)
+    return found
 
 
 def _json_order(item: JSON) -> tuple[int, float | str]:

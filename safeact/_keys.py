@@ -36,8 +36,10 @@ __all__ = [
     "args_hash",
     "check_ignore",
     "check_key",
+    "class_name",
     "former_args_hash",
     "ignored_names",
+    "main_module",
     "marks_key",
 ]
 
@@ -483,7 +485,7 @@ def _canonical(value: object, depth: int = 0, rule: _Rule = _NOW) -> JSON:
     other than a dict, a NamedTuple, a subclass of int, str, float, bytes, Decimal, a date
     ..., a path other than a ``PosixPath``. Its form is read through its kind's own methods,
     so a subclass's ``__repr__`` or ``__str__`` does not count. Classes (attrs, dataclass,
-    pydantic) and enums are named by module and ``__qualname__`` (``_class_name``); an
+    pydantic) and enums are named by module and ``__qualname__`` (``class_name``); an
     enum member by name, a flag that is no declared member (undeclared bits, several
     flags) by value. The forms of the usual types are frozen: ledgers hold their hashes.
 
@@ -573,7 +575,7 @@ def _typed(form: _Form, exact: Callable[[Any], object] | None = None) -> _Form:
         if rule.former:
             return form(value, depth, rule)  # before issue 30: as its kind's usual type
         content = value if exact is None else exact(value)
-        return ["typed", *_class_name(type(value)), form(content, depth, rule)]
+        return ["typed", *class_name(type(value)), form(content, depth, rule)]
 
     return typed
 
@@ -582,7 +584,7 @@ def _named(value: object, usual: type, form: JSON, rule: _Rule) -> JSON:
     """``form``, naming ``value``'s type too if it is not ``usual`` (as ``_typed``)."""
     if rule.former or type(value) is usual:
         return form
-    return ["typed", *_class_name(type(value)), form]
+    return ["typed", *class_name(type(value)), form]
 
 
 def _enum(value: enum.Enum, depth: int, rule: _Rule) -> JSON:
@@ -594,8 +596,8 @@ def _enum(value: enum.Enum, depth: int, rule: _Rule) -> JSON:
     # A flag's pseudo-member (undeclared bits, or several flags) is no declared member:
     # Perm(8) and Perm(16) are both named None, and "R|W" names no member. Its value is it.
     if cls.__members__.get(name) is not value:
-        return ["enum", *_class_name(cls), ["value", _canonical(value.value, depth + 1, rule)]]
-    return ["enum", *_class_name(cls), name]
+        return ["enum", *class_name(cls), ["value", _canonical(value.value, depth + 1, rule)]]
+    return ["enum", *class_name(cls), name]
 
 
 def _as_is(value: bool | str | None, _: int, __: _Rule) -> JSON:  # noqa: FBT001 - as the others
@@ -671,9 +673,9 @@ def _zone(zone: dt.tzinfo | None, depth: int) -> JSON:
                 "Make the zone with zoneinfo.ZoneInfo(key), or ZoneInfo.from_file(file, key=...)",
                 nested=depth > 0,
             )
-        return ["zone", *_class_name(type(zone)), zone.key]
+        return ["zone", *class_name(type(zone)), zone.key]
     # Another library's zone (pytz, dateutil) by its class: the offset is in the text.
-    return ["tzinfo", *_class_name(type(zone))]
+    return ["tzinfo", *class_name(type(zone))]
 
 
 def _timedelta(value: dt.timedelta, _: int, __: _Rule) -> JSON:
@@ -739,7 +741,7 @@ def _class_names(cls: type, rule: _Rule) -> list[JSON]:
     if rule.former:
         rule.outdated = True
         return [cls.__qualname__]
-    return _class_name(cls)
+    return class_name(cls)
 
 
 _PUBLIC_NAMES: dict[type, list[JSON]] = {
@@ -757,7 +759,7 @@ _PUBLIC_NAMES: dict[type, list[JSON]] = {
 Python 3.13 moved pathlib's to ``pathlib._local``, which would move their digests."""
 
 
-def _class_name(cls: type) -> list[JSON]:
+def class_name(cls: type) -> list[JSON]:
     """``[module, qualname]`` of ``cls``, the module as an import names it.
 
     A script's classes live in ``__main__``; they are named as its file is imported, by
@@ -771,11 +773,11 @@ def _class_name(cls: type) -> list[JSON]:
         return public
     module = cls.__module__
     if module == "__main__":
-        module = _main_module()
+        module = main_module()
     return [module, cls.__qualname__]
 
 
-def _main_module() -> str:
+def main_module() -> str:
     """The name ``__main__`` is imported under: ``python -m``'s, or its file's, or itself."""
     main = sys.modules.get("__main__")
     spec = getattr(main, "__spec__", None)
@@ -824,14 +826,14 @@ def _newer_kind(value: object, depth: int, rule: _Rule) -> JSON:  # noqa: PLR091
     if pydantic is not None and isinstance(value, pydantic.SecretStr | pydantic.SecretBytes):
         secret = _canonical(value.get_secret_value(), depth, rule)
         if not rule.former and not _pydantic_owns(type(value)):
-            return ["secret", *_class_name(type(value)), secret]
+            return ["secret", *class_name(type(value)), secret]
         return ["secret", type(value).__qualname__, secret]
     core = sys.modules.get("pydantic_core")
     if core is not None and isinstance(getattr(value, "_url", value), core.Url | core.MultiHostUrl):
         # pydantic's URL types (HttpUrl, PostgresDsn, ...) are equal when of one class and
         # one URL; they wrap pydantic_core's, which are equal by URL.
         if not rule.former and not _pydantic_owns(type(value)):
-            return ["url", *_class_name(type(value)), str(value)]
+            return ["url", *class_name(type(value)), str(value)]
         return ["url", type(value).__qualname__, str(value)]
     raise _Refused(
         f"a value of type {_type_name(type(value))}, {_INCOMPARABLE}",

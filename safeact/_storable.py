@@ -27,6 +27,8 @@ from typing import Any
 
 import attrs
 
+from safeact._json_rules import bind, is_pydantic_model
+
 __all__ = ["refusal"]
 
 _BARE_CONTAINERS = frozenset(
@@ -49,8 +51,19 @@ _BARE_CONTAINERS = frozenset(
 
 _MAPPINGS = frozenset({dict, collections.abc.Mapping, collections.abc.MutableMapping})
 
-_KEY_TYPES = frozenset({str, int, bool, float, uuid.UUID, decimal.Decimal, dt.date, dt.datetime})
-"""Mapping keys that come back as themselves: each kind is written as its own text."""
+_KEY_TYPES = frozenset({str, int, uuid.UUID, decimal.Decimal, dt.date, dt.datetime})
+"""Mapping keys that come back as themselves: each kind is written as its own text.
+
+Not ``bool`` (``"false"`` reads back as True) nor ``float`` (``1`` is written ``"1"``).
+"""
+
+_READ_ONLY: dict[object, str] = {
+    collections.abc.Sequence: "list[int] or tuple[int, ...]",
+    collections.abc.Collection: "list[int] or tuple[int, ...]",
+    collections.abc.Iterable: "list[int] or tuple[int, ...]",
+    collections.abc.Set: "set[int] or frozenset[int]",
+}
+"""Parameterised protocols whose values come in more than one type, and what to write."""
 
 _JSON_SCALARS = (str, int, float, bool, type(None))
 
@@ -84,45 +97,67 @@ def _walk(annotation: object, where: str, seen: _Seen) -> str | None:  # noqa: P
             "and replay as JSON (a datetime as a str, a tuple as a list, an attrs class "
             "as a dict); annotate the concrete type it holds"
         )
+    if isinstance(annotation, typing.NewType):
+        return _walk(annotation.__supertype__, where, seen)
     origin = typing.get_origin(annotation)
-    arguments = typing.get_args(annotation)
     if annotation in _BARE_CONTAINERS or (
-        origin in _BARE_CONTAINERS and not arguments and annotation != tuple[()]
+        origin in _BARE_CONTAINERS and not typing.get_args(annotation) and annotation != tuple[()]
     ):
         return (
             f"a bare {_name(annotation)} in {where}: its items would replay as plain JSON; "
             f"say what it holds, e.g. {_example(origin or annotation)}"
         )
-    if origin is typing.Annotated:
-        return _walk(arguments[0], where, seen)
     if origin is typing.Literal or annotation is type(None) or annotation == tuple[()]:
         return None
-    if origin in _MAPPINGS or (origin is not None and _is_mapping(origin)):
-        key, *value = arguments  # Counter[str] names its keys alone
-        found = _key_refusal(key, where)
-        return found or (_walk(value[0], f"{where}'s values", seen) if value else None)
     if origin is not None:
-        union = origin in (typing.Union, types.UnionType)
-        fixed = origin is tuple and Ellipsis not in arguments
-        for position, argument in enumerate(arguments):
-            inside = where if union else f"{where}[{position}]" if fixed else f"{where}'s items"
-            found = None if argument is Ellipsis else _walk(argument, inside, seen)
-            if found is not None:
-                return found
-        return None
+        return _generic_refusal(annotation, origin, where, seen)
     if not isinstance(annotation, type) or annotation in seen.classes or seen.own_rule(annotation):
         return None
     seen.classes.add(annotation)
-    return _class_refusal(annotation, where, seen)
+    return _class_refusal(annotation, where, seen, {})
 
 
-def _class_refusal(cls: type[Any], where: str, seen: _Seen) -> str | None:
+def _generic_refusal(annotation: object, origin: object, where: str, seen: _Seen) -> str | None:  # noqa: PLR0911 - one arm per kind of generic
+    """``_walk`` for a parameterised type: ``list[int]``, ``int | None``, ``Box[int]``..."""
+    arguments = typing.get_args(annotation)
+    if origin is typing.Annotated:
+        return _walk(arguments[0], where, seen)
+    if origin in _READ_ONLY:
+        return (
+            f"{_name(annotation)} in {where}: it names what its values can do, not their type, "
+            "so a replay cannot tell which it was (a list comes back a tuple, a set a "
+            f"frozenset); annotate the type itself, e.g. {_READ_ONLY[origin]}"
+        )
+    if origin in _MAPPINGS or _is_mapping(origin):
+        key, *value = arguments  # Counter[str] names its keys alone
+        found = _key_refusal(key, where)
+        return found or (_walk(value[0], f"{where}'s values", seen) if value else None)
+    if isinstance(origin, type) and _is_record_class(origin):
+        if annotation in seen.classes:
+            return None
+        seen.classes.add(annotation)
+        bound = dict(zip(getattr(origin, "__parameters__", ()), arguments, strict=False))
+        return _class_refusal(origin, where, seen, bound)
+    union = origin in (typing.Union, types.UnionType)
+    fixed = origin is tuple and Ellipsis not in arguments
+    for position, argument in enumerate(arguments):
+        inside = where if union else f"{where}[{position}]" if fixed else f"{where}'s items"
+        found = None if argument is Ellipsis else _walk(argument, inside, seen)
+        if found is not None:
+            return found
+    return None
+
+
+def _class_refusal(
+    cls: type[Any], where: str, seen: _Seen, bound: dict[object, object]
+) -> str | None:
+    """Why ``cls``'s values would not replay exactly; ``bound``: its type variables' types."""
     if issubclass(cls, enum.Enum):
         return _enum_refusal(cls)
     secret = _secret(cls, where)
     if secret is not None:
         return secret
-    if _is_pydantic_model(cls):
+    if is_pydantic_model(cls):
         found = _model_refusal(cls)
         if found is not None:
             return found
@@ -141,7 +176,7 @@ def _class_refusal(cls: type[Any], where: str, seen: _Seen) -> str | None:
     else:
         return None
     for name, annotation in fields.items():
-        found = _walk(annotation, f"{_name(cls)}.{name}", seen)
+        found = _walk(bind(annotation, bound), f"{_name(cls)}.{name}", seen)
         if found is not None:
             return found
     return None
@@ -165,7 +200,7 @@ def _key_refusal(key: object, where: str) -> str | None:
             and issubclass(key, enum.Enum)
             and all(isinstance(member.value, str) for member in key)
         )
-        or _new_type_of_str(key)
+        or _new_type_of_key(key)
     )
     if fits:
         return None
@@ -176,7 +211,7 @@ def _key_refusal(key: object, where: str) -> str | None:
     )
 
 
-def _new_type_of_str(key: object) -> bool:
+def _new_type_of_key(key: object) -> bool:
     supertype = getattr(key, "__supertype__", None)
     return isinstance(key, typing.NewType) and supertype in _KEY_TYPES
 
@@ -228,14 +263,8 @@ def _model_refusal(model: type[Any]) -> str | None:
     return None
 
 
-def _is_pydantic_model(cls: object) -> bool:
-    pydantic = sys.modules.get("pydantic")
-    return (
-        pydantic is not None
-        and inspect.isclass(cls)
-        and issubclass(cls, pydantic.BaseModel)
-        and cls is not pydantic.BaseModel
-    )
+def _is_record_class(cls: type[Any]) -> bool:
+    return attrs.has(cls) or dataclasses.is_dataclass(cls) or is_pydantic_model(cls)
 
 
 def _is_mapping(origin: object) -> bool:

@@ -10,10 +10,15 @@ import dataclasses
 import datetime as dt
 import decimal
 import enum
+import gc
 import logging
+import subprocess
+import sys
 import typing
 import zoneinfo
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
+from collections.abc import Set as AbstractSet
+from pathlib import Path
 from typing import Any, Optional, cast
 
 import attrs
@@ -23,7 +28,13 @@ from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
 from safeact import SafeTool, StoreError, Succeeded
-from safeact._codec import check_return_type, decode, encode, register_type
+from safeact._codec import (
+    ResultNotStorableError,
+    check_return_type,
+    decode,
+    encode,
+    register_type,
+)
 from safeact._exact import difference
 from safeact._store import Store
 from tests.test_codec import tool_returning
@@ -281,6 +292,7 @@ def record_classes(draw: st.DrawFn) -> tuple[type[Any], st.SearchStrategy[Any]]:
     kinds = draw(st.lists(field_kinds(), min_size=1, max_size=3))
     names = [f"f{i}" for i in range(len(kinds))]
     late = flavour != "pydantic" and draw(st.booleans())
+    slots = draw(st.booleans())  # a slotted class is a new class, the first one left behind
     excluded = flavour == "pydantic" and draw(st.booleans())
     name = f"Drawn{next(_classes_made)}"
     if flavour == "attrs":
@@ -289,16 +301,16 @@ def record_classes(draw: st.DrawFn) -> tuple[type[Any], st.SearchStrategy[Any]]:
         }
         if late:
             fields["late"] = attrs.field(type=int, init=False, default=0)
-        base: type[Any] = attrs.make_class(name, fields)
+        base: type[Any] = attrs.make_class(name, fields, slots=slots)
         sub: type[Any] = attrs.make_class(
-            f"{name}Sub", {"extra": attrs.field(type=int)}, bases=(base,)
+            f"{name}Sub", {"extra": attrs.field(type=int)}, bases=(base,), slots=slots
         )
     elif flavour == "dataclass":
         specs: list[Any] = [(n, k) for n, (k, _) in zip(names, kinds, strict=True)]
         if late:
             specs.append(("late", int, dataclasses.field(init=False, default=0)))
-        base = dataclasses.make_dataclass(name, specs)
-        sub = dataclasses.make_dataclass(f"{name}Sub", [("extra", int)], bases=(base,))
+        base = dataclasses.make_dataclass(name, specs, slots=slots)
+        sub = dataclasses.make_dataclass(f"{name}Sub", [("extra", int)], bases=(base,), slots=slots)
     else:
         model_fields: dict[str, Any] = {n: (k, ...) for n, (k, _) in zip(names, kinds, strict=True)}
         if excluded:
@@ -325,12 +337,24 @@ def _set_late(value: Any, late: int) -> Any:
     return value
 
 
-@settings(max_examples=150)
+@settings(max_examples=300)
 @given(st.data())
 def test_every_return_type_replays_exactly_or_is_refused_when_made(data: st.DataObject) -> None:
     """Never a third outcome: a type accepted when the tool is made replays every value exactly."""
     cls, values = data.draw(record_classes(), label="class")
-    annotation = data.draw(st.sampled_from([cls, list[cls], Optional[cls]]), label="annotation")  # type: ignore[valid-type] # noqa: UP045 - built at run time
+    stored: list[object] = [
+        cls,
+        list[cls],  # type: ignore[valid-type] # built at run time
+        Optional[cls],  # noqa: UP045 - built at run time
+    ]
+    refused: list[object] = [
+        Sequence[cls],  # type: ignore[valid-type] # built at run time
+        dict[bool, cls],  # type: ignore[valid-type] # built at run time
+    ]
+    annotation = data.draw(
+        st.sampled_from(stored) | st.sampled_from(refused),
+        label="annotation",
+    )
 
     def act(key: str) -> Any:
         raise AssertionError
@@ -342,12 +366,12 @@ def test_every_return_type_replays_exactly_or_is_refused_when_made(data: st.Data
         event("refused when made")
         return
     value = data.draw(values, label="value")
-    if annotation is not cls:
-        value = [value] if typing_origin(annotation) is list else value
     if _pydantic_drops_zone(value):
         event("a zone in a model")
         return  # pydantic's own datetime JSON: refused per value, tested above
     event("replayed a subclass" if type(value).__name__.endswith("Sub") else "replayed")
+    if typing_origin(annotation) is list:
+        value = [value]
     got = decode(encode(value, annotation), annotation, key="k", tool="act")
     assert difference(value, got, opaque=lambda _: False) is None
 
@@ -466,3 +490,147 @@ def test_containers_and_bytes_replay_as_their_own_type(
     """Each comes back equal and of its own type: a Counter is not a dict, a tuple not a list."""
     got = replayed(store, return_type, value)
     assert (got, type(got)) == (value, type(value))
+
+
+@pytest.mark.parametrize(
+    ("return_type", "named"),
+    [
+        pytest.param(Sequence[int], "annotate the type itself, e.g. list[int]", id="sequence"),
+        pytest.param(AbstractSet[int], "e.g. set[int] or frozenset[int]", id="abstract-set"),
+        pytest.param(dict[bool, int], "keys typed bool", id="bool-keys"),
+        pytest.param(dict[float, int], "keys typed float", id="float-keys"),
+        pytest.param(typing.NewType("Payload", dict[str, Any]), "Any in", id="new-type"),
+    ],
+)
+def test_a_type_whose_values_come_back_as_another_type_is_refused_when_made(
+    return_type: object, named: str
+) -> None:
+    """A list under Sequence[int] would come back a tuple; {False: 1} under bool keys True."""
+    assert named in refusal_of(return_type)
+
+
+T = typing.TypeVar("T")
+
+
+@attrs.define
+class Envelope(typing.Generic[T]):
+    item: T
+    meta: dict[str, Any]
+
+
+@attrs.define
+class Box(typing.Generic[T]):
+    item: T
+    opened: int = attrs.field(init=False, default=0)
+
+
+@attrs.define
+class LabelledBox(Box[int]):
+    label: str = ""
+
+
+def test_a_generic_class_is_walked_with_its_type_arguments() -> None:
+    """Envelope[int]'s own fields are looked into, its T bound to int."""
+    assert "Any in tests.test_exact_replay.Envelope.meta's values" in refusal_of(Envelope[int])
+
+
+@pytest.mark.parametrize(
+    "value", [pytest.param(Box(1), id="box"), pytest.param(LabelledBox(2, "x"), id="subclass")]
+)
+def test_a_generic_class_replays_its_late_fields_and_subclasses(
+    store: Store, value: Box[int]
+) -> None:
+    """Under Box[int], an init=False field and a subclass instance come back as they were."""
+    value.opened = 3
+    got = replayed(store, Box[int], value)
+    assert (got, type(got), got.opened) == (value, type(value), 3)
+
+
+@attrs.define
+class Draft:
+    text: str
+    sent_at: int = attrs.field(init=False)
+
+
+def test_a_late_field_never_set_stays_unset(store: Store) -> None:
+    """An init=False field with no default that was never set is stored and stays unset."""
+    got = replayed(store, Draft, Draft("hi"))
+    assert got.text == "hi"
+    assert not hasattr(got, "sent_at")
+
+
+def test_a_subclass_is_found_though_the_class_attrs_replaced_is_still_alive(
+    store: Store,
+) -> None:
+    """Attrs makes a new class; the one it replaced, same name, stays listed until collected."""
+    gc.disable()  # the replaced classes stay among __subclasses__, as between collections
+    try:
+
+        @attrs.frozen
+        class Parcel:
+            weight: int
+
+        @attrs.frozen
+        class Insured(Parcel):
+            cover: int
+
+        value = Insured(1, 100)
+        got = replayed(store, Parcel, value)
+    finally:
+        gc.enable()
+    assert (got, type(got)) == (value, Insured)
+
+
+def test_a_default_factory_that_would_change_is_not_stored() -> None:
+    """A defaultdict(list) under defaultdict[str, int] would replay as defaultdict(int)."""
+    with pytest.raises(ResultNotStorableError, match="default_factory"):
+        encode(collections.defaultdict(list), collections.defaultdict[str, int])
+
+
+def test_a_named_fixed_offset_is_not_stored_as_an_unnamed_one() -> None:
+    """timezone(+1h, "CET") is written by its offset: a replay would call it UTC+01:00."""
+    cet = dt.timezone(dt.timedelta(hours=1), "CET")
+    with pytest.raises(ResultNotStorableError, match="would replay as"):
+        encode(dt.datetime(2026, 1, 1, tzinfo=cet), dt.datetime)
+
+
+SCRIPT = """
+import sys
+import attrs
+from safeact import safe
+
+@attrs.frozen
+class Parcel:
+    weight: int
+
+@attrs.frozen
+class Insured(Parcel):
+    cover: int
+
+@safe(sys.argv[1], name="ship")
+def ship(key: str) -> Parcel:
+    print("shipped")
+    return Insured(1, 100)
+
+if __name__ == "__main__":
+    outcome = ship("p-1")
+    print(type(outcome.unwrap()).__name__, outcome.replayed)
+"""
+
+
+def test_a_scripts_subclass_replays_whether_run_as_a_file_or_a_module(tmp_path: Path) -> None:
+    """Stored by ``python agent.py``, replayed by ``python -m agent``: one class name."""
+    (tmp_path / "agent.py").write_text(SCRIPT)
+    ledger = str(tmp_path / "agent.db")
+    ran = [
+        subprocess.run(
+            [sys.executable, *command, ledger],
+            cwd=tmp_path,
+            capture_output=True,
+            text=True,
+            check=True,
+            timeout=60,
+        ).stdout
+        for command in (["agent.py"], ["-m", "agent"])
+    ]
+    assert ran == ["shipped\nInsured False\n", "Insured True\n"]
