@@ -202,7 +202,10 @@ def check_return_type(fn: Callable[..., object], tool: str) -> object:
 
     Raises:
         TypeError: the annotation is missing, unresolvable, too loose (``Any``, ``object``,
-            a bare TypeVar), an awaitable or iterator, or a type cattrs cannot rebuild.
+            a bare TypeVar), an awaitable or iterator, or a type cattrs cannot rebuild; the
+            function is a generator function; or a part of the type would not replay
+            exactly (``_storable.refusal``: ``Any`` inside, keys JSON cannot read back,
+            ``Sequence``, secrets, state a model's JSON leaves out).
 
     """
     try:

@@ -40,6 +40,7 @@ __all__ = [
     "bind",
     "converter",
     "is_pydantic_model",
+    "json_order",
     "seen",
 ]
 
@@ -297,7 +298,7 @@ def _subclasses(base: type[Any]) -> list[type[Any]]:
     return found
 
 
-def _json_order(item: JSON) -> tuple[int, float | str]:
+def json_order(item: JSON) -> tuple[int, float | str]:
     """A total order on JSON values, the same in every process (unlike a set's own order)."""
     match item:
         case bool():
@@ -311,7 +312,7 @@ def _json_order(item: JSON) -> tuple[int, float | str]:
 
 
 def _sorted_json(items: list[JSON]) -> list[JSON]:
-    return sorted(items, key=_json_order)
+    return sorted(items, key=json_order)
 
 
 def _set_unstructure_hook(set_type: object) -> Callable[[Any], list[JSON]]:

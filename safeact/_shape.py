@@ -62,7 +62,7 @@ from typing import Any
 import attrs
 
 from safeact._codec import _registered, decode, encode
-from safeact._json_rules import _SUBCLASS, is_pydantic_model
+from safeact._json_rules import _SUBCLASS, is_pydantic_model, json_order
 from safeact.exceptions import StoreError
 
 if typing.TYPE_CHECKING:
@@ -94,8 +94,7 @@ _FORMAT_WORDS = {
     "int": 'an integer written as a string ("42")',
 }
 
-# The codec's own tests and names (the classes register_type taught, the member naming a
-# subclass's instance), so that this module describes what the codec does.
+# The codec's own test of a pydantic model, so that this module describes what it stores.
 _is_model = is_pydantic_model
 
 _QUALIFIERS = frozenset({"Required", "NotRequired", "ReadOnly"})
@@ -707,7 +706,7 @@ def _unsorted(items: list[JSON], path: str) -> list[str]:
             )
             return [said]
         seen[same] = index
-    order = [_json_order(item) for item in items]
+    order = [json_order(item) for item in items]
     for index in range(1, len(order)):
         if order[index - 1] >= order[index]:
             what = "the same as" if order[index - 1] == order[index] else "after"
@@ -825,17 +824,6 @@ def _kind_of_value(value: JSON) -> str:
     if isinstance(value, list):
         return "array"
     return "scalar"
-
-
-def _json_order(item: JSON) -> tuple[int, float | str]:
-    """The order the codec sorts a set's items in (``_json_rules._json_order``)."""
-    if isinstance(item, bool):
-        return (0, int(item))
-    if isinstance(item, int | float):
-        return (1, item)
-    if isinstance(item, str):
-        return (2, item)
-    return (3, json.dumps(item, sort_keys=True))
 
 
 def _same(left: JSON, right: JSON) -> bool:

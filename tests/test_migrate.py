@@ -26,6 +26,7 @@ V2 = Path(__file__).with_name("data") / "ledger-v2.db"
 paid-2 (succeeded, 5), declined-2 (failed), doubt-2 (in doubt, interrupted) and running-2
 (attempting; its process has long exited), all of tool tests.charge, with their history."""
 V2_OWNER = Owner("ledger-v2-host", "5a6463b3-ad0f-4727-9947-bbced0800950", 25926, 110924)
+"""Who wrote every key of V2: no machine id or PID namespace (schema 2 had none)."""
 V3 = Path(__file__).with_name("data") / "ledger-v3.db"
 """A ledger written at schema 3 (commit fd6c73b) by a process of host ledger-v3-host: keys
 paid-3 (succeeded, 5), declined-3 (failed), doubt-3 (in doubt, interrupted) and running-3
@@ -45,7 +46,6 @@ ledger-v4-host: keys paid-4 (succeeded, 5), declined-4 (failed, ValueError), dou
 interrupted) and running-4 (attempting; a child process exited inside the action), all of tool
 tests.charge (``charge(key, amount: int) -> int``), with their history; no tool described its
 results (schema 4 had no tools table)."""
-"""Who wrote every key of V2: no machine id or PID namespace (schema 2 had none)."""
 
 
 @pytest.fixture
