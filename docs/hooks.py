@@ -1,0 +1,22 @@
+"""MkDocs hooks: show the repository's DESIGN.md and CHANGELOG.md as pages of the site.
+
+A page whose text is ``<!-- include: NAME -->`` gets the file NAME from the repository's
+root. Their links to repository files (``[text](safeact/_tool.py)``) have no page on the
+site: they become the text itself, so the strict build does not fail on them, while links
+to anchors and to the web stay links.
+"""
+
+import re
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parent.parent
+INCLUDE = re.compile(r"^<!-- include: (?P<name>[\w.]+) -->$", re.MULTILINE)
+FILE_LINK = re.compile(r"\[(?P<text>[^\]]+)\]\((?!https?:|#)(?P<target>[^)]+)\)")
+
+
+def on_page_markdown(markdown: str, **_: Any) -> str:  # noqa: ANN401 - MkDocs's hook signature
+    """Replace each include line with the named file, its links to files made plain text."""
+    return INCLUDE.sub(
+        lambda found: FILE_LINK.sub(r"\g<text>", (ROOT / found["name"]).read_text()), markdown
+    )
