@@ -2,6 +2,9 @@
 
 python3 tasks.py demo      run examples/agent_loop.py (its ledger stays in .demo/)
 python3 tasks.py refund-demo  run examples/refund_agent.py, the saga demo
+python3 tasks.py docs [--build]
+                           build the documentation site strictly and serve it on
+                           http://127.0.0.1:8000 (--build: build it into site/ and stop)
 python3 tasks.py test      run the whole test suite (tests/ and the typings/ contract)
 python3 tasks.py check     mypy --strict, ruff check and ruff format --check
 python3 tasks.py artifact  build the wheel, install it, run the SQLite half of the suite on it
@@ -9,7 +12,7 @@ python3 tasks.py stress    a long run of the Hypothesis state machine
 python3 tasks.py bench [--peers] [--quick]
                            the benchmark; --peers measures the peers too, in .venv-bench
 python3 tasks.py mutants   the named mutants: each guarantee broken on purpose turns a test red
-python3 tasks.py mutate [--fresh] [NAMES]
+python3 tasks.py mutate [--fresh | --score] [NAMES]
                            mutmut over the core modules ([tool.mutmut] in pyproject.toml), scored;
                            verdicts kept in mutation/ and taken up by the next run
 """
@@ -84,6 +87,7 @@ def main() -> None:
     commands = {
         "demo": demo,
         "refund-demo": refund_demo,
+        "docs": docs,
         "test": test,
         "check": check,
         "artifact": artifact,
@@ -127,25 +131,68 @@ def dev_python() -> Path:
     return venv(VENV, "--editable", f"{ROOT}[dev]")
 
 
-def mcp1_python() -> Path:
-    """Return the interpreter of .venv-mcp1: the dev pins of .venv, with mcp 1.x for 2.x.
+MCP1_NEEDS = ("pytest", "pytest-cov", "coverage", "hypothesis")
+"""What tests/test_mcp.py needs beside safeact[mcp], at the dev pins: its run on mcp 1.x
+installs these and no other development tool."""
 
-    pip refuses ``.[dev]`` together with another mcp pin (the two conflict), so the dev
-    list is read from pyproject.toml and its mcp pin swapped.
+
+def mcp1_python() -> Path:
+    """Return the interpreter of .venv-mcp1: safeact[mcp] on mcp 1.x, and MCP1_NEEDS.
+
+    The versions are the dev pins of pyproject.toml, read from it, so both runs test with
+    the same tools.
     """
     extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
-    dev = [pin for pin in extras["optional-dependencies"]["dev"] if not pin.startswith("mcp==")]
-    return venv(ROOT / ".venv-mcp1", "--editable", str(ROOT), *dev, MCP1)
+    pins = [
+        pin
+        for pin in extras["optional-dependencies"]["dev"]
+        if pin.split("[")[0].split("==")[0] in MCP1_NEEDS
+    ]
+    return venv(ROOT / ".venv-mcp1", "--editable", f"{ROOT}[mcp]", *pins, MCP1)
+
+
+def addopts_without_typings() -> str:
+    """Return pytest's addopts from pyproject.toml without pytest-mypy-plugins' options.
+
+    The mcp 1.x run does not collect typings/, and its environment leaves out
+    pytest-mypy-plugins (and mypy with it), whose option pytest would refuse as unknown.
+    """
+    options = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]
+    return " ".join(
+        option for option in options["ini_options"]["addopts"] if not option.startswith("--mypy-")
+    )
+
+
+def demo_python() -> Path:
+    """Return the interpreter of .venv-demo: safeact (editable) and what it needs, no more.
+
+    The demos import safeact alone, so a new user waits for three small packages, not for
+    the development tools the test suite needs.
+    """
+    return venv(ROOT / ".venv-demo", "--editable", str(ROOT))
 
 
 def demo(_: list[str]) -> None:
     """Run the scripted agent loop, which crashes itself, restarts and resolves."""
-    run(dev_python(), ROOT / "examples" / "agent_loop.py", ROOT / ".demo")
+    run(demo_python(), ROOT / "examples" / "agent_loop.py", ROOT / ".demo")
 
 
 def refund_demo(_: list[str]) -> None:
     """Run the refund saga, which fails, rolls back, dies mid-rollback and finishes later."""
-    run(dev_python(), ROOT / "examples" / "refund_agent.py")
+    run(demo_python(), ROOT / "examples" / "refund_agent.py")
+
+
+def docs(arguments: list[str]) -> None:
+    """Build the documentation site with warnings as errors; serve it unless --build.
+
+    MkDocs reads the docstrings from the source, so .venv-docs holds the site's tools only
+    (the dependency group ``docs``). Its code blocks are run by tests/test_docs.py.
+    """
+    python = venv(ROOT / ".venv-docs", "--group", f"{ROOT / 'pyproject.toml'}:docs")
+    env = {**os.environ, "NO_MKDOCS_2_WARNING": "1"}  # Material's notice, not a warning
+    run(python, "-m", "mkdocs", "build", "--strict", "--site-dir", ROOT / "site", env=env)
+    if "--build" not in arguments:
+        run(python, "-m", "mkdocs", "serve", "--strict", "--dev-addr", "127.0.0.1:8000", env=env)
 
 
 WORKERS = ("-n", "2", "--dist", "worksteal")
@@ -178,6 +225,8 @@ def test(arguments: list[str]) -> None:
         "-m",
         "pytest",
         "tests/test_mcp.py",
+        "-o",
+        f"addopts={addopts_without_typings()}",
         "--cov=safeact",
         "--cov-branch",
         "--cov-append",
@@ -271,13 +320,20 @@ def mutate(arguments: list[str]) -> None:
     Verdicts are kept in mutation/, one file per module, and taken up by the next run on any
     machine: mutmut runs only the mutants without one (new, or of a function that changed
     since). Mutant names or globs as arguments run those again; --fresh forgets every verdict.
+    At the end (of an interrupted run too) the score block of DESIGN.md is written again from
+    the verdicts in mutation/; --score only does that, from the verdicts kept, running nothing.
     """
-    python = venv(ROOT / ".venv-mutate", "--editable", f"{ROOT}[dev]", *MUTMUT)
     copy, kept = ROOT / "mutants", ROOT / "mutation"
+    if "--score" in arguments:
+        print_score(kept)
+        write_score(kept, ROOT / "DESIGN.md")
+        return
+    python = venv(ROOT / ".venv-mutate", "--editable", f"{ROOT}[dev]", *MUTMUT)
     shutil.rmtree(copy, ignore_errors=True)
     (copy / "safeact").mkdir(parents=True)  # on PYTHONPATH from the start, for child processes
     if "--fresh" in arguments:
-        shutil.rmtree(kept, ignore_errors=True)
+        for held in kept.glob("*.json"):  # the verdicts only: mutation/ holds HISTORY.md too
+            held.unlink()
     for held in kept.glob("*.json"):  # as mutmut's own records, which it merges by hash
         durations: dict[str, dict[str, float]] = {
             "durations_by_key": {},
@@ -291,26 +347,89 @@ def mutate(arguments: list[str]) -> None:
         run(python.parent / "mutmut", "run", *names, env=env)
     finally:  # an interrupted run keeps the verdicts it reached
         kept.mkdir(exist_ok=True)
-        survivors: list[str] = []
-        print(f"{'module':<24}{'caught':>8}{'run':>6}{'mutants':>9}")
         for meta in sorted((copy / "safeact").glob("*.py.meta")):
             record = json.loads(meta.read_text())
-            codes: dict[str, int | None] = record["exit_code_by_key"]
             module = meta.name.removesuffix(".py.meta")
             verdicts = {
                 "hash_by_function_name": record["hash_by_function_name"],
-                "exit_code_by_key": codes,
+                "exit_code_by_key": record["exit_code_by_key"],
             }
             (kept / f"{module}.json").write_text(json.dumps(verdicts, indent=0, sort_keys=True))
-            caught = sum(code in DETECTED for code in codes.values())
-            ran = sum(code is not None for code in codes.values())
-            print(f"{module:<24}{caught:>8}{ran:>6}{len(codes):>9}")
-            survivors += [
-                f"{name}: {UNCAUGHT.get(code, f'exit {code}')}"
-                for name, code in codes.items()
-                if code is not None and code not in DETECTED
-            ]
-        print("not caught (see: mutmut show NAME):", *survivors, sep="\n  ")
+        print_score(kept, survivors=True)
+        write_score(kept, ROOT / "DESIGN.md")
+
+
+def mutation_score(kept: Path) -> dict[str, dict[str, int]]:
+    """Count the verdicts kept in ``kept`` (its ``*.json``), per module and in all (``"all"``).
+
+    Each count holds ``mutants``, ``run``, ``caught`` (an exit code in DETECTED) and, for each
+    kind of verdict that is not caught, its UNCAUGHT name (``survived``, ``no tests``, or
+    ``exit N`` for a code it does not name) with how many. The files alone decide: the same
+    verdicts give the same figures on any machine, and nothing is run.
+    """
+    score: dict[str, dict[str, int]] = {}
+    total = {"mutants": 0, "run": 0, "caught": 0}
+    for held in sorted(kept.glob("*.json")):
+        codes: dict[str, int | None] = json.loads(held.read_text())["exit_code_by_key"]
+        row = {"mutants": len(codes), "run": 0, "caught": 0}
+        for code in codes.values():
+            if code is None:  # not run yet
+                continue
+            row["run"] += 1
+            kind = "caught" if code in DETECTED else UNCAUGHT.get(code, f"exit {code}")
+            row[kind] = row.get(kind, 0) + 1
+        score[held.stem] = row
+        for kind, count in row.items():
+            total[kind] = total.get(kind, 0) + count
+    score["all"] = total
+    return score
+
+
+def print_score(kept: Path, *, survivors: bool = False) -> None:
+    """Print each module's caught, run and mutants; with ``survivors``, each mutant not caught."""
+    print(f"{'module':<24}{'caught':>8}{'run':>6}{'mutants':>9}")
+    for module, row in mutation_score(kept).items():
+        print(f"{module:<24}{row['caught']:>8}{row['run']:>6}{row['mutants']:>9}")
+    if survivors:
+        alive = [
+            f"{name}: {UNCAUGHT.get(code, f'exit {code}')}"
+            for held in sorted(kept.glob("*.json"))
+            for name, code in json.loads(held.read_text())["exit_code_by_key"].items()
+            if code is not None and code not in DETECTED
+        ]
+        print("not caught (see: mutmut show NAME):", *alive, sep="\n  ")
+
+
+def score_text(score: dict[str, dict[str, int]]) -> str:
+    """The score's totals as the Markdown of DESIGN.md's block."""
+    total = score["all"]
+    mutants, run, caught = total["mutants"], total["run"], total["caught"]
+    share = f" ({100 * caught / mutants:.1f} %)" if mutants else ""
+    ran = "every one run" if run == mutants else f"{run:,} run, {mutants - run:,} not run yet"
+    alive = [
+        f"{count:,} {kind}"
+        for kind, count in total.items()
+        if kind not in {"mutants", "run", "caught"}
+    ]
+    uncaught = f" Not caught: {', '.join(alive)}." if alive else ""
+    modules = len(score) - 1
+    return (
+        f"**{caught:,} of {mutants:,} mutants caught{share}**, in {modules} modules, {ran}."
+        f"{uncaught}"
+    )
+
+
+def write_score(kept: Path, design: Path) -> None:
+    """Rewrite the block between ``design``'s mutmut markers with the score of ``kept``; only it."""
+    start, end = "<!-- mutmut:start -->", "<!-- mutmut:end -->"
+    text = design.read_text()
+    if text.count(start) != 1 or text.count(end) != 1 or text.index(start) > text.index(end):
+        sys.exit(f"{design.name} needs one {start} ... {end} block for the mutmut score")
+    before, _, rest = text.partition(start)
+    after = rest.partition(end)[2]
+    block = score_text(mutation_score(kept))
+    design.write_text(f"{before}{start}\n{block}\n{end}{after}")
+    print(f"{design.name}'s score block: {block}")
 
 
 def bench(arguments: list[str]) -> None:

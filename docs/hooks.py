@@ -12,11 +12,15 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 INCLUDE = re.compile(r"^<!-- include: (?P<name>[\w.]+) -->$", re.MULTILINE)
-FILE_LINK = re.compile(r"\[(?P<text>[^\]]+)\]\((?!https?:|#)(?P<target>[^)]+)\)")
+# A code span first, so that ``Box[int](x=1)`` in one stays as it is.
+FILE_LINK = re.compile(r"(?P<code>`[^`]*`)|\[(?P<text>[^\]]+)\]\((?!https?:|#)[^)]+\)")
 
 
 def on_page_markdown(markdown: str, **_: Any) -> str:  # noqa: ANN401 - MkDocs's hook signature
     """Replace each include line with the named file, its links to files made plain text."""
-    return INCLUDE.sub(
-        lambda found: FILE_LINK.sub(r"\g<text>", (ROOT / found["name"]).read_text()), markdown
-    )
+    return INCLUDE.sub(lambda found: plain((ROOT / found["name"]).read_text()), markdown)
+
+
+def plain(text: str) -> str:
+    """Return ``text`` with each link to a file, outside code spans, made its link text."""
+    return FILE_LINK.sub(lambda found: found["code"] or found["text"], text)
