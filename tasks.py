@@ -272,8 +272,17 @@ def artifact(arguments: list[str]) -> None:
         # Every extra by name, so each one's declared requirements are resolved and used; read
         # from pyproject.toml, so a new extra cannot be left out.
         installed = venv(where / "venv", f"{wheel}[{every_extra}]")
-        # DESIGN.md: tests/test_layers.py checks the imports against its map of the package.
-        for name in ("tests", "typings", "examples", "pyproject.toml", "DESIGN.md"):
+        # DESIGN.md: tests/test_layers.py checks the imports against its map of the package;
+        # README.md and docs/: tests/test_docs.py runs their examples on the installed wheel.
+        for name in (
+            "tests",
+            "typings",
+            "examples",
+            "pyproject.toml",
+            "DESIGN.md",
+            "README.md",
+            "docs",
+        ):
             source = ROOT / name
             if source.is_dir():
                 shutil.copytree(source, where / name)
