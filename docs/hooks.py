@@ -8,7 +8,6 @@ to anchors and to the web stay links.
 
 import re
 from pathlib import Path
-from typing import Any
 
 ROOT = Path(__file__).resolve().parent.parent
 INCLUDE = re.compile(r"^<!-- include: (?P<name>[\w.]+) -->$", re.MULTILINE)
@@ -16,7 +15,7 @@ INCLUDE = re.compile(r"^<!-- include: (?P<name>[\w.]+) -->$", re.MULTILINE)
 FILE_LINK = re.compile(r"(?P<code>`[^`]*`)|\[(?P<text>[^\]]+)\]\((?!https?:|#)[^)]+\)")
 
 
-def on_page_markdown(markdown: str, **_: Any) -> str:  # noqa: ANN401 - MkDocs's hook signature
+def on_page_markdown(markdown: str, **_: object) -> str:
     """Replace each include line with the named file, its links to files made plain text."""
     return INCLUDE.sub(lambda found: plain((ROOT / found["name"]).read_text()), markdown)
 

@@ -98,7 +98,7 @@ def crash_mid_refund(
     """Pay a refund in a new process that is killed before the payment is recorded."""
     child = subprocess.run(
         [sys.executable, "-c", CRASHING_REFUND, ledger, tool, key, to, str(amount)],
-        env={**os.environ, "PYTHONPATH": os.getcwd()},
+        env={**os.environ, "PYTHONPATH": str(Path.cwd())},
         check=False,
     )
     assert child.returncode == -signal.SIGKILL, child

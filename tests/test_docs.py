@@ -91,9 +91,10 @@ def read_blocks(page: Path) -> tuple[str, list[Block]]:
         if fence is None:
             index += 1
             continue
-        end = next((after for after in range(index + 1, len(lines)) if lines[after] == "```"), None)
-        if end is None:
+        closing = [after for after in range(index + 1, len(lines)) if lines[after] == "```"]
+        if not closing:
             raise ValueError(f"{page}:{index + 1}: a fence that is never closed")
+        end = closing[0]
         check = CHECK.match(lines[index - 1]) if index else None
         words = frozenset(check["words"].split()) if check else frozenset()
         if not words <= WORDS:
@@ -250,7 +251,9 @@ def test_the_transcript_is_what_the_commands_print(
                 timeout=180,
                 check=False,
             )
-            status = completed.returncode
+            # A command killed by a signal: a shell's $? says 128 + its number.
+            code = completed.returncode
+            status = code if code >= 0 else 128 - code
             assert shown(expected, completed.stdout), (
                 f"{block.name}: $ {command}\nshown:\n{expected}\nprinted:\n{completed.stdout}"
             )
