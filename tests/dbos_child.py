@@ -2,10 +2,11 @@
 
 Usage: python tests/dbos_child.py SYSTEM_DB LEDGER EFFECTS MODE
 
-SYSTEM_DB is DBOS's SQLite system database, LEDGER the safeact ledger, EFFECTS the file the
-refund appends a line to (synced) each time it really runs. The workflow ``wf-1`` refunds
-through a guarded step; on ``InDoubtError`` it publishes the receipt (event ``first``),
-waits for a message on ``verdict`` and settles under the receipt's key in a new step.
+SYSTEM_DB is DBOS's SQLite system database, LEDGER the safeact ledger, EFFECTS the fake
+bank's payments (tests/fake_bank.py), a synced line each time the refund really runs. The
+workflow ``wf-1`` refunds through a guarded step; on ``InDoubtError`` it publishes the
+receipt (event ``first``), waits for a message on ``verdict`` and settles under the
+receipt's key in a new step.
 
 MODE: ``run`` starts ``wf-1`` and SIGKILLs this process right after the refund's side
 effect. ``recover`` launches DBOS (which recovers ``wf-1``), prints the ``first`` event and
@@ -15,7 +16,6 @@ verdict and prints the workflow's result. The last line printed is JSON.
 
 import json
 import os
-import signal
 import sys
 from pathlib import Path
 
@@ -23,9 +23,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from dbos import DBOS, SetWorkflowID
 
-from safeact import InDoubtError, raise_on_doubt, safe
+from safeact import InDoubtError, raise_on_doubt
 from safeact.dbos import guarded_step
-from tests.actions import Receipt, record_effect
+from tests.fake_bank import refunds
 
 WORKFLOW = "wf-1"
 
@@ -33,14 +33,7 @@ WORKFLOW = "wf-1"
 def main() -> None:
     system_db, ledger, effects, mode = sys.argv[1:5]
 
-    @safe(ledger, name="refund")
-    def send_refund(key: str, to: str, amount: int) -> Receipt:
-        """Refund ``amount`` to ``to``."""
-        record_effect(Path(effects), "refund")
-        if mode == "run":
-            os.kill(os.getpid(), signal.SIGKILL)
-        return Receipt(to, amount)
-
+    send_refund = refunds(ledger, Path(effects), ["sigkill-after"] if mode == "run" else [])
     refund = DBOS.step(name="refund")(guarded_step(send_refund))
     settle = DBOS.step(name="settle_refund")(raise_on_doubt(send_refund))
 

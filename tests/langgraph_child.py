@@ -3,10 +3,10 @@
 Usage: python tests/langgraph_child.py CHECKPOINTS LEDGER EFFECTS DURABILITY MODE [VERDICT]
 (or python -m tests.langgraph_child ..., from the project's folder)
 
-CHECKPOINTS is the SqliteSaver file, LEDGER the safeact ledger, EFFECTS the file the refund
-appends a line to (synced) each time it really runs. DURABILITY is LangGraph's ("sync",
-"async"). MODE: ``run`` starts the thread and SIGKILLs this process right after the
-refund's side effect; ``resume`` carries the thread on as a restarted host does
+CHECKPOINTS is the SqliteSaver file, LEDGER the safeact ledger, EFFECTS the fake bank's
+payments (tests/fake_bank.py), a synced line each time the refund really runs. DURABILITY
+is LangGraph's ("sync", "async"). MODE: ``run`` starts the thread and SIGKILLs this process
+right after the refund's side effect; ``resume`` carries the thread on as a restarted host does
 (``invoke(None)``, or the user's message again if nothing of the run was saved);
 ``verdict`` resumes a pause with VERDICT (JSON). The checkpointer takes 0.3 s per write, as
 a busy remote database does; in ``run`` under ``"async"`` its writes never finish, so the
@@ -19,7 +19,6 @@ the pause's receipts and the messages of the thread.
 
 import json
 import os
-import signal
 import sqlite3
 import sys
 import threading
@@ -39,7 +38,8 @@ from langgraph.types import Command, Durability
 
 from safeact import safe
 from safeact.langgraph import safe_tool
-from tests.actions import Receipt, record_effect
+from tests.actions import Receipt
+from tests.fake_bank import pay_refund
 
 USER: Any = {"messages": [("user", "refund 50 to a@example.com")]}
 UNNAMED = "SAFEACT_CHILD_UNNAMED"
@@ -97,11 +97,10 @@ def main() -> None:
     checkpoints, ledger, effects, durability_name, mode = sys.argv[1:6]
     durability: Durability = "sync" if durability_name == "sync" else "async"
 
+    # A function of this module, not fake_bank.refunds: unnamed, the tool takes its name.
     def refund(key: str, to: str, amount: int) -> Receipt:
         """Refund ``amount`` to ``to``."""
-        record_effect(Path(effects), "refund")
-        if mode == "run":
-            os.kill(os.getpid(), signal.SIGKILL)
+        pay_refund(Path(effects), "sigkill-after" if mode == "run" else "ok")
         return Receipt(to, amount)
 
     def refund_after_the_deploy(key: str, to: str, amount: int, memo: str = "") -> Receipt:

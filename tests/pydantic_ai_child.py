@@ -2,10 +2,10 @@
 
 Usage: python tests/pydantic_ai_child.py SYSTEM_DB LEDGER EFFECTS MODE
 
-SYSTEM_DB is DBOS's SQLite system database, LEDGER the safeact ledger, EFFECTS the file the
-refund appends a line to (synced) each time it really runs. The workflow ``wf-1`` runs the
-agent; its model (a ``FunctionModel``, whose tool call ids are new each time it is asked)
-asks for one refund, then answers with what the tool returned.
+SYSTEM_DB is DBOS's SQLite system database, LEDGER the safeact ledger, EFFECTS the fake
+bank's payments (tests/fake_bank.py), a synced line each time the refund really runs. The
+workflow ``wf-1`` runs the agent; its model (a ``FunctionModel``, whose tool call ids are
+new each time it is asked) asks for one refund, then answers with what the tool returned.
 
 MODE: ``run`` starts ``wf-1`` and SIGKILLs this process right after the refund's side
 effect. ``recover`` launches DBOS, which recovers ``wf-1``, and prints the workflow's result
@@ -14,8 +14,6 @@ as JSON: the run id, the tool call id the model's (replayed) response gave, and 
 
 import asyncio
 import json
-import os
-import signal
 import sys
 from pathlib import Path
 
@@ -27,9 +25,8 @@ from pydantic_ai.durable_exec.dbos import DBOSDurability
 from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-from safeact import safe
 from safeact.pydantic_ai import SafeTools
-from tests.actions import Receipt, record_effect
+from tests.fake_bank import refunds
 
 WORKFLOW = "wf-1"
 
@@ -47,14 +44,7 @@ def clerk(messages: list[ModelMessage], _: AgentInfo) -> ModelResponse:
 def main() -> None:
     system_db, ledger, effects, mode = sys.argv[1:5]
 
-    @safe(ledger, name="refund")
-    def send_refund(key: str, to: str, amount: int) -> Receipt:
-        """Refund ``amount`` to ``to``."""
-        record_effect(Path(effects), "refund")
-        if mode == "run":
-            os.kill(os.getpid(), signal.SIGKILL)
-        return Receipt(to, amount)
-
+    send_refund = refunds(ledger, Path(effects), ["sigkill-after"] if mode == "run" else [])
     agent = Agent(
         FunctionModel(clerk),
         name="clerk",

@@ -5,8 +5,6 @@ task queue until the guarded refund kills it (SIGKILL) right after its side effe
 """
 
 import asyncio
-import os
-import signal
 import sys
 from collections.abc import Callable
 from datetime import timedelta
@@ -19,9 +17,9 @@ from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from safeact import Store, get_store, safe
+from safeact import Store, get_store
 from safeact.temporal import guarded_activity
-from tests.actions import record_effect
+from tests.fake_bank import async_text_refunds
 
 QUEUE = "refunds"
 
@@ -43,17 +41,8 @@ class RefundOrder:
 
 
 def refund_activity(store: Store, effects: Path, *, die: bool) -> Callable[..., object]:
-    """The guarded refund as an activity; ``die`` kills the process right after the effect."""
-
-    @safe(store, name="refund")
-    async def send_refund(key: str, to: str, amount: int) -> str:
-        """Refund ``amount`` to ``to``."""
-        record_effect(effects, "refund")
-        if die:
-            os.kill(os.getpid(), signal.SIGKILL)
-        return f"refunded {amount} to {to}"
-
-    return guarded_activity(send_refund)
+    """The guarded refund as an activity; ``die`` kills the process right after the payment."""
+    return guarded_activity(async_text_refunds(store, effects, ["sigkill-after"] if die else []))
 
 
 def worker(client: Client, store: Store, effects: Path, *, die: bool) -> Worker:

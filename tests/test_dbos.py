@@ -6,11 +6,8 @@ side effect, and relaunch DBOS in new processes, which recover the workflow.
 """
 
 import asyncio
-import json
 import pickle
-import signal
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,7 +30,9 @@ from safeact import (
     safe,
 )
 from safeact.dbos import guarded_step, in_workflow, retryable
-from tests.actions import Receipt, count_effects, record_effect
+from tests.actions import Receipt, count_effects
+from tests.fake_bank import async_refunds, refunds
+from tests.processes import ended, report, run_python
 
 CHILD = Path(__file__).with_name("dbos_child.py")
 RECEIPT = Receipt("a@example.com", 50)
@@ -58,22 +57,6 @@ def launch(tmp_path: Path) -> Iterator[Launch]:
 def store(ledger: Path) -> Iterator[Store]:
     with get_store(ledger) as opened:
         yield opened
-
-
-def refunds(
-    store: Store, effects: Path, *, interrupt: bool = False
-) -> SafeTool[[str, int], Receipt]:
-    """A guarded refund that records its effect; ``interrupt`` cuts it off right after."""
-
-    @safe(store, name="refund")
-    def send_refund(key: str, to: str, amount: int) -> Receipt:
-        """Refund ``amount`` to ``to``."""
-        record_effect(effects, "refund")
-        if interrupt:
-            raise KeyboardInterrupt
-        return Receipt(to, amount)
-
-    return send_refund
 
 
 def workflow_key(workflow_id: str, tool: SafeTool[Any, Any], *args: object) -> str:
@@ -181,7 +164,7 @@ def test_retries_of_a_step_in_doubt_never_act(
 ) -> None:
     """A step in doubt with retries raises InDoubtError (with retryable) and never acts again."""
     effects = tmp_path / "effects"
-    cut_off = refunds(store, effects, interrupt=True)
+    cut_off = refunds(store, effects, ["interrupt-after"])
     with pytest.raises(KeyboardInterrupt):  # an earlier run, cut off after the refund
         cut_off(workflow_key("wf-1", cut_off, "a@example.com", 50), "a@example.com", 50)
     options: dict[str, Any] = {"should_retry": retryable} if settled else {}
@@ -208,14 +191,7 @@ def test_retries_of_a_step_in_doubt_never_act(
 
 def test_an_async_tool_is_an_async_step(launch: Launch, store: Store, tmp_path: Path) -> None:
     """An async guarded tool makes an async step, keyed by the workflow: it runs once."""
-    effects = tmp_path / "effects"
-
-    @safe(store, name="refund")
-    async def send_refund(key: str, to: str, amount: int) -> Receipt:
-        record_effect(effects, "refund")
-        return Receipt(to, amount)
-
-    refund = DBOS.step(name="refund")(guarded_step(send_refund))
+    refund = DBOS.step(name="refund")(guarded_step(async_refunds(store, tmp_path / "effects")))
 
     @DBOS.workflow(name="refund_order")
     async def refund_order() -> Receipt:
@@ -283,26 +259,21 @@ def test_in_workflow_outside_dbos_refuses() -> None:
 def test_import_safeact_does_not_import_dbos() -> None:
     """`import safeact` loads no DBOS."""
     code = "import sys, safeact; print(sorted(m for m in sys.modules if m.startswith('dbos')))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    out = run_python("-c", code)
+    assert out.stdout.strip() == "[]", out.stderr
 
 
 def child(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
+    """Run tests/dbos_child.py in ``mode`` on its system database, ledger and bank."""
     files = [tmp_path / name for name in ("system.db", "ledger.db", "effects")]
-    command = [sys.executable, str(CHILD), *map(str, files), mode]
-    return subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
-
-
-def printed(result: subprocess.CompletedProcess[str]) -> Any:
-    assert result.returncode == 0, result.stderr
-    return json.loads(result.stdout.splitlines()[-1])
+    return run_python(CHILD, *files, mode)
 
 
 def test_sigkill_in_the_step_then_recovery_is_in_doubt(tmp_path: Path) -> None:
     """Killed right after its side effect, the step re-run by recovery is in doubt: one refund."""
     killed = child(tmp_path, "run")
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
-    first = printed(child(tmp_path, "recover"))
+    assert ended(killed) == "SIGKILL", killed.stderr
+    first = report(child(tmp_path, "recover"))
     assert first["key"].startswith("dbos:wf-1:refund:")
     assert first["reason"] == "crashed"
     assert count_effects(tmp_path / "effects", "refund") == 1
@@ -310,9 +281,10 @@ def test_sigkill_in_the_step_then_recovery_is_in_doubt(tmp_path: Path) -> None:
 
 def test_resolved_as_happened_recovery_replays(tmp_path: Path) -> None:
     """Once the key is resolved as happened, the recovered workflow settles by replay."""
-    assert child(tmp_path, "run").returncode == -signal.SIGKILL
-    key = printed(child(tmp_path, "recover"))["key"]
+    killed = child(tmp_path, "run")
+    assert ended(killed) == "SIGKILL", killed.stderr
+    key = report(child(tmp_path, "recover"))["key"]
     with get_store(tmp_path / "ledger.db") as ledger:
         ledger.resolve(key, happened=True, result=RECEIPT)
-    assert printed(child(tmp_path, "settle")) == ["a@example.com", 50]
+    assert report(child(tmp_path, "settle")) == ["a@example.com", 50]
     assert count_effects(tmp_path / "effects", "refund") == 1

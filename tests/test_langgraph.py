@@ -6,11 +6,8 @@ child process (tests/langgraph_child.py) right after the refund's side effect.
 """
 
 import json
-import os
-import signal
 import sqlite3
 import subprocess
-import sys
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
@@ -35,8 +32,10 @@ from langgraph.types import Command
 import safeact.langgraph
 from safeact import NoRunKeyError, Store, get_store, safe, template
 from safeact.langgraph import SafeMiddleware, safe_tool
-from tests.actions import Receipt, bury_attempt, count_effects, record_effect, unstorable_quotes
+from tests.actions import bury_attempt, count_effects, unstorable_quotes
+from tests.fake_bank import Mode, async_refunds, refunds
 from tests.langgraph_child import DEPLOYED, UNNAMED
+from tests.processes import ended, report, run_python
 
 CHILD = Path(__file__).with_name("langgraph_child.py")
 ARGS = {"to": "a@example.com", "amount": 50}
@@ -126,31 +125,6 @@ def saver(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[BaseCheckp
         yield SqliteSaver(connection)
     finally:
         connection.close()
-
-
-Mode = Literal["ok", "interrupt-before", "interrupt-after", "fail"]
-
-
-def refunds(store: Store, effects: Path, modes: list[Mode] | None = None) -> Any:
-    """A guarded refund; each run pops how it behaves from ``modes`` (default: it succeeds).
-
-    ``interrupt-before``/``-after`` raise KeyboardInterrupt before/after the side effect.
-    """
-
-    @safe(store, name="refund")
-    def send_refund(key: str, to: str, amount: int) -> Receipt:
-        """Refund ``amount`` to ``to``."""
-        mode = modes.pop(0) if modes else "ok"
-        if mode == "interrupt-before":
-            raise KeyboardInterrupt
-        if mode == "fail":
-            raise RuntimeError("card declined")
-        record_effect(effects, "refund")
-        if mode == "interrupt-after":
-            raise KeyboardInterrupt
-        return Receipt(to, amount)
-
-    return send_refund
 
 
 def test_the_model_is_not_asked_for_the_key(store: Store, tmp_path: Path) -> None:
@@ -287,14 +261,9 @@ def test_an_async_tool_under_ainvoke_in_create_agent(store: Store, tmp_path: Pat
     import asyncio
 
     effects = tmp_path / "effects"
-
-    @safe(store, name="async_refund")
-    async def send_refund(key: str, to: str, amount: int) -> Receipt:
-        """Refund ``amount`` to ``to``."""
-        record_effect(effects, "refund")
-        return Receipt(to, amount)
-
-    tool = safe_tool(send_refund, key=template("refund:{to}"))
+    tool = safe_tool(
+        async_refunds(store, effects, name="async_refund"), key=template("refund:{to}")
+    )
     chat = model(refund_call("call-1"), refund_call("call-2"), AIMessage("done"))
     agent = create_agent(model=chat, tools=[tool], checkpointer=InMemorySaver())
     result = asyncio.run(agent.ainvoke(USER, thread(), durability="sync"))
@@ -663,8 +632,8 @@ def test_outside_a_graph_the_thread_key_refuses(store: Store, tmp_path: Path) ->
 def test_import_safeact_does_not_import_langchain() -> None:
     """`import safeact` loads neither LangChain nor LangGraph."""
     code = "import sys, safeact; print(sorted(m for m in sys.modules if m.startswith('lang')))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    out = run_python("-c", code)
+    assert out.stdout.strip() == "[]", out.stderr
 
 
 def child(
@@ -677,22 +646,7 @@ def child(
 ) -> subprocess.CompletedProcess[str]:
     """Run tests/langgraph_child.py (``how``: as a script, or ``-m tests.langgraph_child``)."""
     files = [tmp_path / name for name in ("checkpoints.db", "ledger.db", "effects")]
-    command = [sys.executable, *how, *map(str, files), durability, mode, *verdict]
-    return subprocess.run(
-        command,
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-        cwd=CHILD.parent.parent,
-        env={**os.environ, **(env or {})},
-    )
-
-
-def printed(result: subprocess.CompletedProcess[str]) -> dict[str, Any]:
-    assert result.returncode == 0, result.stderr
-    decoded: dict[str, Any] = json.loads(result.stdout.splitlines()[-1])
-    return decoded
+    return run_python(*how, *files, durability, mode, *verdict, cwd=CHILD.parent.parent, env=env)
 
 
 def call_ids(result: subprocess.CompletedProcess[str]) -> list[str]:
@@ -703,10 +657,10 @@ def call_ids(result: subprocess.CompletedProcess[str]) -> list[str]:
 def test_sigkill_after_the_refund_then_resume_pauses(tmp_path: Path, durability: str) -> None:
     """Killed right after its side effect, a resumed run pauses with the receipt: one refund."""
     killed = child(tmp_path, durability, "run")
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert ended(killed) == "SIGKILL", killed.stderr
     resumed = child(tmp_path, durability, "resume")
     assert count_effects(tmp_path / "effects", "refund") == 1
-    [receipt] = printed(resumed)["pauses"]
+    [receipt] = report(resumed)["pauses"]
     assert receipt["reason"] == "crashed"
     assert receipt["key"].startswith("langgraph:thread-1:refund:")
     if durability == "async":  # the step was lost: the model asked again, under a new id
@@ -718,9 +672,9 @@ def test_killed_as_a_script_then_resumed_with_m_pauses(tmp_path: Path) -> None:
     """A tool named by default, killed under ``python x.py``, resumed under ``-m``: one refund."""
     unnamed = {UNNAMED: "1"}
     killed = child(tmp_path, "sync", "run", env=unnamed)
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert ended(killed) == "SIGKILL", killed.stderr
     resumed = child(tmp_path, "sync", "resume", how=("-m", "tests.langgraph_child"), env=unnamed)
-    [receipt] = printed(resumed)["pauses"]
+    [receipt] = report(resumed)["pauses"]
     assert receipt["reason"] == "crashed"
     assert receipt["tool"] == "tests.langgraph_child.main.<locals>.refund"
     assert count_effects(tmp_path / "effects", "refund") == 1
@@ -731,19 +685,20 @@ def test_killed_then_resumed_after_a_deploy_that_adds_a_defaulted_parameter(
 ) -> None:
     """A deploy between the crash and the resume adds ``memo: str = ""``: same key, one refund."""
     killed = child(tmp_path, "sync", "run")
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    assert ended(killed) == "SIGKILL", killed.stderr
     resumed = child(tmp_path, "sync", "resume", env={DEPLOYED: "1"})
-    [receipt] = printed(resumed)["pauses"]
+    [receipt] = report(resumed)["pauses"]
     assert receipt["reason"] == "crashed"
     assert count_effects(tmp_path / "effects", "refund") == 1
 
 
 def test_sigkill_then_resume_with_a_verdict_finishes(tmp_path: Path) -> None:
     """After the kill and the pause, the verdict "happened" finishes the run: one refund."""
-    assert child(tmp_path, "sync", "run").returncode == -signal.SIGKILL
-    printed(child(tmp_path, "sync", "resume"))
+    killed = child(tmp_path, "sync", "run")
+    assert ended(killed) == "SIGKILL", killed.stderr
+    report(child(tmp_path, "sync", "resume"))
     verdict = json.dumps({"happened": True, "result": ARGS})
-    done = printed(child(tmp_path, "sync", "verdict", verdict))
+    done = report(child(tmp_path, "sync", "verdict", verdict))
     assert done["pauses"] == []
     assert done["messages"][-2][1:] == [RESULT_JSON, done["messages"][1][2][0], "success"]
     assert done["messages"][-1] == ["ai", "done", []]
@@ -755,18 +710,9 @@ def test_an_async_tool_in_doubt_pauses_and_resumes(store: Store, tmp_path: Path)
     import asyncio
 
     effects = tmp_path / "effects"
-    interrupt_next = [True]
-
-    @safe(store, name="async_refund")
-    async def send_refund(key: str, to: str, amount: int) -> Receipt:
-        """Refund ``amount`` to ``to``."""
-        record_effect(effects, "refund")
-        if interrupt_next.pop():
-            raise KeyboardInterrupt
-        return Receipt(to, amount)
-
+    send_refund = async_refunds(store, effects, ["interrupt-after"], name="async_refund")
     with pytest.raises(KeyboardInterrupt):  # cut off right after the refund
-        asyncio.run(send_refund("refund:a@example.com", **ARGS))  # type: ignore[arg-type] # ARGS's values are an str and an int
+        asyncio.run(send_refund("refund:a@example.com", **ARGS))  # type: ignore[call-arg] # ARGS holds to and amount
     tool = safe_tool(send_refund, key=template("refund:{to}"))
     agent = create_agent(
         model(refund_call(), AIMessage("done")), [tool], checkpointer=InMemorySaver()

@@ -12,7 +12,6 @@ import dataclasses
 import importlib
 import ipaddress
 import os
-import subprocess
 import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -28,7 +27,6 @@ from safeact import (
     AsyncSafeTool,
     DoubtReason,
     NoRunKeyError,
-    SafeTool,
     Store,
     get_store,
     run_scope,
@@ -37,7 +35,9 @@ from safeact import (
 )
 from safeact.mcp import KEY, REPLAYED, add_tool, call_tool, key_for
 from tests.actions import Receipt, count_effects, record_effect
+from tests.fake_bank import async_refunds, refunds
 from tests.mcp_server_child import MAJOR, new_server
+from tests.processes import run_python
 
 CHILD = Path(__file__).with_name("mcp_server_child.py")
 ARGS = {"to": "a@example.com", "amount": 50}
@@ -48,24 +48,6 @@ Call = tuple[str, dict[str, Any], dict[str, Any] | None]
 def store(ledger: Path) -> Iterator[Store]:
     with get_store(ledger) as opened:
         yield opened
-
-
-def refunds(store: Store, effects: Path, modes: list[str] | None = None) -> SafeTool[Any, Receipt]:
-    """A guarded refund that records a side effect; ``modes`` scripts its next calls."""
-    script = modes if modes is not None else []
-
-    @safe(store, name="refund")
-    def send_refund(key: str, to: str, amount: int) -> Receipt:
-        """Refund ``amount`` to ``to``."""
-        mode = script.pop(0) if script else "ok"
-        if mode == "fail":
-            raise RuntimeError("card declined")
-        record_effect(effects, "refund")
-        if mode == "interrupt-after":
-            raise KeyboardInterrupt
-        return Receipt(to, amount)
-
-    return send_refund
 
 
 def wire(result: Any) -> dict[str, Any]:
@@ -261,8 +243,8 @@ def test_in_doubt_is_an_error_with_the_receipt(store: Store, tmp_path: Path) -> 
     """A key left in doubt: an error result carrying the receipt, telling the model not to retry."""
     effects = tmp_path / "effects"
     tool = refunds(store, effects, ["interrupt-after"])
-    with pytest.raises(KeyboardInterrupt):
-        tool("refund-1", **ARGS)  # the refund happened; its record did not
+    with pytest.raises(KeyboardInterrupt):  # the refund happened; its record did not
+        tool("refund-1", **ARGS)  # type: ignore[call-arg] # ARGS holds to and amount
     server = new_server()
     add_tool(server, tool)
     [result] = calls(server, ("send_refund", ARGS, keyed_by("refund-1")))
@@ -491,13 +473,7 @@ def test_a_value_whose_repr_raises_is_still_sent(store: Store, tmp_path: Path) -
 def test_an_async_tool_runs_once(store: Store, tmp_path: Path) -> None:
     """An async guarded tool is an MCP tool like a sync one: one effect, then a replay."""
     effects = tmp_path / "effects"
-
-    @safe(store, name="async_refund")
-    async def send_refund(key: str, to: str, amount: int) -> Receipt:
-        """Refund ``amount`` to ``to``."""
-        record_effect(effects, "refund")
-        return Receipt(to, amount)
-
+    send_refund = async_refunds(store, effects, name="async_refund")
     assert isinstance(send_refund, AsyncSafeTool)
     server = new_server()
     add_tool(server, send_refund)
@@ -619,8 +595,8 @@ def test_registration_refuses_what_it_cannot_serve(store: Store, tmp_path: Path)
 def test_import_safeact_does_not_import_mcp() -> None:
     """`import safeact` loads no part of the MCP SDK."""
     code = "import sys, safeact; print(sorted(m for m in sys.modules if m.startswith('mcp')))"
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    assert out.stdout.strip() == "[]"
+    out = run_python("-c", code)
+    assert out.stdout.strip() == "[]", out.stderr
     assert safeact.mcp.KEY == "io.safeact/key"
 
 

@@ -6,8 +6,6 @@ says (tool calls, then a final message); no network.
 
 import asyncio
 import json
-import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Literal
@@ -25,33 +23,15 @@ from safeact import (
     each_call,
     keyed,
     run_scope,
-    safe,
     template,
 )
 from safeact.openai_agents import InDoubtStopError, KeyConflictStopError, function_tool
-from tests.actions import Receipt, count_effects, record_effect, unstorable_quotes
+from tests.actions import Receipt, count_effects, unstorable_quotes
+from tests.fake_bank import async_text_refunds, refunds
+from tests.processes import run_python
 
 ARGS = {"to": "a@example.com", "amount": 50}
 RESULT_JSON = json.dumps(ARGS)
-
-Mode = Literal["ok", "interrupt-after", "fail"]
-
-
-def refunds(store: Store, effects: Path, modes: list[Mode] | None = None) -> Any:
-    """A guarded refund; each run pops how it behaves from ``modes`` (default: it succeeds)."""
-
-    @safe(store, name="refund")
-    def send_refund(key: str, to: str, amount: int) -> Receipt:
-        """Refund ``amount`` to ``to``."""
-        mode = modes.pop(0) if modes else "ok"
-        if mode == "fail":
-            raise RuntimeError("card declined")
-        record_effect(effects, "refund")
-        if mode == "interrupt-after":
-            raise KeyboardInterrupt
-        return Receipt(to, amount)
-
-    return send_refund
 
 
 def script(*call_ids: str, args: dict[str, object] = ARGS) -> ScriptedModel:
@@ -218,7 +198,7 @@ def in_doubt(store: Store, effects: Path, on_doubt: Literal["error", "stop"]) ->
     """A refund cut off after its side effect (by calling the guarded tool directly)."""
     guarded = refunds(store, effects, ["interrupt-after"])
     with pytest.raises(KeyboardInterrupt):
-        guarded("refund:a@example.com", **ARGS)
+        guarded("refund:a@example.com", **ARGS)  # type: ignore[call-arg] # ARGS holds to and amount
     assert count_effects(effects, "refund") == 1
     return function_tool(guarded, key=template("refund:{to}"), on_doubt=on_doubt)
 
@@ -266,14 +246,7 @@ def test_a_failed_call_is_a_tool_error(store: Store, tmp_path: Path) -> None:
 
 def test_an_async_tool_runs_once_per_run_id(store: Store, tmp_path: Path) -> None:
     effects = tmp_path / "effects"
-
-    @safe(store, name="refund")
-    async def send_refund(key: str, to: str, amount: int) -> str:
-        """Refund ``amount`` to ``to``."""
-        record_effect(effects, "refund")
-        return f"refunded {amount} to {to}"
-
-    tool = function_tool(send_refund)
+    tool = function_tool(async_text_refunds(store, effects))
     for call_id in ("call-1", "call-2"):
         with run_scope("run-1"):
             result = run(tool, script(call_id))
@@ -288,4 +261,5 @@ def test_bad_arguments() -> None:
 
 def test_import_safeact_does_not_import_the_sdk() -> None:
     code = "import sys, safeact; sys.exit('agents' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+    out = run_python("-c", code)
+    assert out.returncode == 0, out.stderr

@@ -9,9 +9,7 @@ effect, and a new process recovers the workflow.
 
 import asyncio
 import json
-import signal
 import subprocess
-import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, Literal
@@ -45,35 +43,18 @@ from safeact import (
     template,
 )
 from safeact.pydantic_ai import SafeTools
-from tests.actions import Receipt, count_effects, record_effect, unstorable_quotes
+from tests.actions import Receipt, count_effects, unstorable_quotes
+from tests.fake_bank import async_text_refunds, refunds
+from tests.processes import ended, report, run_python
 
 CHILD = Path(__file__).with_name("pydantic_ai_child.py")
 ARGS = {"to": "a@example.com", "amount": 50}
-
-Mode = Literal["ok", "interrupt-after", "fail"]
 
 
 @pytest.fixture
 def store(ledger: Path) -> Iterator[Store]:
     with get_store(ledger) as opened:
         yield opened
-
-
-def refunds(store: Store, effects: Path, modes: list[Mode] | None = None) -> Any:
-    """A guarded refund; each run pops how it behaves from ``modes`` (default: it succeeds)."""
-
-    @safe(store, name="refund")
-    def send_refund(key: str, to: str, amount: int) -> Receipt:
-        """Refund ``amount`` to ``to``."""
-        mode = modes.pop(0) if modes else "ok"
-        if mode == "fail":
-            raise RuntimeError("card declined")
-        record_effect(effects, "refund")
-        if mode == "interrupt-after":
-            raise KeyboardInterrupt
-        return Receipt(to, amount)
-
-    return send_refund
 
 
 def asking(
@@ -265,7 +246,7 @@ def in_doubt(store: Store, effects: Path, on_doubt: Literal["error", "stop"]) ->
     """A refund cut off after its side effect (by calling the guarded tool directly)."""
     guarded = refunds(store, effects, ["interrupt-after"])
     with pytest.raises(KeyboardInterrupt):
-        guarded("refund:a@example.com", **ARGS)
+        guarded("refund:a@example.com", **ARGS)  # type: ignore[call-arg] # ARGS holds to and amount
     assert count_effects(effects, "refund") == 1
     return SafeTools(guarded, key=template("refund:{to}"), on_doubt=on_doubt)
 
@@ -315,13 +296,7 @@ def test_a_failed_call_is_a_tool_error(store: Store, tmp_path: Path) -> None:
 
 def test_an_async_tool_runs_once_per_run_key(store: Store, tmp_path: Path) -> None:
     effects = tmp_path / "effects"
-
-    @safe(store, name="refund")
-    async def send_refund(key: str, to: str, amount: int) -> str:
-        """Refund ``amount`` to ``to``."""
-        record_effect(effects, "refund")
-        return f"refunded {amount} to {to}"
-
+    send_refund = async_text_refunds(store, effects)
     for _ in range(2):
         with run_scope("run-1"):
             assert run(SafeTools(send_refund), clerk()) == ["refunded 50 to a@example.com"]
@@ -391,7 +366,7 @@ def test_a_stopped_durable_run_finishes_after_resolve_paying_once(
 
     key = f"pydantic-ai:order-42:refund:{guarded._digest('-', (), ARGS)[:16]}"
     with pytest.raises(KeyboardInterrupt):  # the first run was cut off right after the refund
-        guarded(key, **ARGS)
+        guarded(key, **ARGS)  # type: ignore[call-arg] # ARGS holds to and amount
     with SetWorkflowID("wf-1"), pytest.raises(InDoubtError) as stopped:
         asyncio.run(refund_order("42"))
     assert stopped.value.key == key
@@ -416,9 +391,9 @@ def test_durability_outside_its_workflow_is_not_durable(store: Store, tmp_path: 
 
 
 def child(tmp_path: Path, mode: str) -> subprocess.CompletedProcess[str]:
+    """Run tests/pydantic_ai_child.py in ``mode`` on its system database, ledger and bank."""
     files = [tmp_path / name for name in ("system.db", "ledger.db", "effects")]
-    command = [sys.executable, str(CHILD), *map(str, files), mode]
-    return subprocess.run(command, capture_output=True, text=True, check=False, timeout=120)
+    return run_python(CHILD, *files, mode)
 
 
 def test_sigkill_in_a_durable_tool_then_recovery_is_in_doubt(tmp_path: Path) -> None:
@@ -427,10 +402,8 @@ def test_sigkill_in_a_durable_tool_then_recovery_is_in_doubt(tmp_path: Path) -> 
     The key is the same: DBOS derives the same run id, and replays the model's response.
     """
     killed = child(tmp_path, "run")
-    assert killed.returncode == -signal.SIGKILL, killed.stderr
-    recovered = child(tmp_path, "recover")
-    assert recovered.returncode == 0, recovered.stderr
-    result = json.loads(recovered.stdout.splitlines()[-1])
+    assert ended(killed) == "SIGKILL", killed.stderr
+    result = report(child(tmp_path, "recover"))
     answer = json.loads(result["answer"])
     assert answer.startswith("Error: ")
     receipt = json.loads(answer.split("Receipt: ", 1)[1])
@@ -466,7 +439,8 @@ def test_a_guarded_tool_is_typed(store: Store, tmp_path: Path) -> None:
 
 def test_import_safeact_does_not_import_pydantic_ai() -> None:
     code = "import sys, safeact; sys.exit('pydantic_ai' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+    out = run_python("-c", code)
+    assert out.returncode == 0, out.stderr
 
 
 EXAMPLE = Path(__file__).parent.parent / "examples" / "pydantic_ai_refund.py"
@@ -474,9 +448,8 @@ EXAMPLE = Path(__file__).parent.parent / "examples" / "pydantic_ai_refund.py"
 
 def test_the_example_stops_in_doubt_then_settles_paying_once() -> None:
     """Killed after paying, the run stops in doubt; resolved, the run again replays: one refund."""
-    result = subprocess.run(
-        [sys.executable, str(EXAMPLE)], capture_output=True, text=True, check=True, timeout=120
-    )
+    result = run_python(EXAMPLE)
+    assert result.returncode == 0, result.stderr
     assert result.stdout.splitlines() == [
         "first: killed (-9)",
         "again: stopped, in doubt",

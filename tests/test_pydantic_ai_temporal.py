@@ -8,8 +8,6 @@ run context is a ``TemporalRunContext``. Each call is keyed by the workflow id, 
 """
 
 import asyncio
-import subprocess
-import sys
 import uuid
 from collections.abc import Callable
 from datetime import timedelta
@@ -37,9 +35,11 @@ from temporalio import workflow
 from temporalio.client import Client
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from safeact import AsyncSafeTool, NoRunKeyError, SafeTool, Store, get_store, safe
+from safeact import AsyncSafeTool, NoRunKeyError, SafeTool, Store, get_store
 from safeact.pydantic_ai import SafeTools
-from tests.actions import count_effects, record_effect
+from tests.actions import count_effects
+from tests.fake_bank import async_text_refunds, text_refunds
+from tests.processes import run_python
 
 ARGS = {"to": "a@example.com", "amount": 50}
 PROMPT = "refund a@example.com 50"
@@ -51,27 +51,13 @@ Kind = Literal["sync", "async"]
 def refunds(
     store: Store, effects: Path, kind: Kind = "sync"
 ) -> SafeTool[[str, int], str] | AsyncSafeTool[[str, int], str]:
-    """The guarded refund: each run of its action is a line in ``effects``.
+    """The guarded refund: each run of its action is a payment in ``effects``.
 
     pydantic-ai runs a sync tool in a thread of the activity, an async one on its loop.
     """
     if kind == "async":
-
-        @safe(store, name="refund")
-        async def send_refund_async(key: str, to: str, amount: int) -> str:
-            """Refund ``amount`` to ``to``."""
-            record_effect(effects, "refund")
-            return f"refunded {amount} to {to}"
-
-        return send_refund_async
-
-    @safe(store, name="refund")
-    def send_refund(key: str, to: str, amount: int) -> str:
-        """Refund ``amount`` to ``to``."""
-        record_effect(effects, "refund")
-        return f"refunded {amount} to {to}"
-
-    return send_refund
+        return async_text_refunds(store, effects)
+    return text_refunds(store, effects)
 
 
 def clerk(asks: int) -> FunctionModel:
@@ -206,17 +192,9 @@ def test_a_doubt_resolved_then_the_workflow_id_run_again_pays_once(
     """The way to finish after a doubt: the model is told, the key resolved, the id run again."""
     effects = tmp_path / "effects"
     wid = workflow_id()
-    cut_off = [True]
     with get_store(ledger) as store:
-
-        @safe(store, name="refund")
-        def send_refund(key: str, to: str, amount: int) -> str:
-            """Refund ``amount`` to ``to``."""
-            record_effect(effects, "refund")
-            if cut_off.pop():
-                raise KeyboardInterrupt  # as a worker stopped in the middle of the refund
-            return f"refunded {amount} to {to}"
-
+        # The first refund is cut off after paying, as a worker stopped in the middle of it.
+        send_refund = text_refunds(store, effects, ["interrupt-after"])
         key = f"temporal:{wid}:refund:{send_refund._digest('-', (), ARGS)[:16]}"
         with pytest.raises(KeyboardInterrupt):  # an earlier run of the workflow id, cut off
             send_refund(key, "a@example.com", 50)
@@ -271,4 +249,5 @@ def test_the_id_names_the_capability_and_its_toolset(ledger: Path, tmp_path: Pat
 def test_import_safeact_pydantic_ai_does_not_import_temporalio() -> None:
     """The adapter looks for Temporal only once pydantic-ai itself has imported it."""
     code = "import sys, safeact.pydantic_ai; sys.exit('temporalio' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", code], check=False).returncode == 0
+    out = run_python("-c", code)
+    assert out.returncode == 0, out.stderr

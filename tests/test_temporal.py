@@ -9,10 +9,6 @@ in this one. tests/test_temporal_server.py runs workers against a real dev serve
 import asyncio
 import dataclasses
 import inspect
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -28,7 +24,6 @@ from safeact import (
     AsyncSafeTool,
     FailedCallError,
     NoRunKeyError,
-    SafeTool,
     Store,
     ToolCall,
     get_store,
@@ -45,6 +40,8 @@ from safeact.temporal import (
     in_workflow,
 )
 from tests.actions import Receipt, count_effects, record_effect
+from tests.fake_bank import Mode, async_refunds, refunds
+from tests.processes import ended, run_python
 
 
 def act_like(key: str, to: str, amount: int) -> Receipt:
@@ -74,25 +71,6 @@ def environment(attempt: int = 1, run: str = "run-1") -> ActivityEnvironment:
         attempt=attempt,
     )
     return env
-
-
-def refunds(store: Store, effects: Path, modes: list[str]) -> SafeTool[[str, int], Receipt]:
-    """A guarded refund that records a side effect; ``modes`` scripts its next calls."""
-
-    @safe(store, name="refund")
-    def send_refund(key: str, to: str, amount: int) -> Receipt:
-        """Refund ``amount`` to ``to``."""
-        mode = modes.pop(0) if modes else "ok"
-        if mode == "fail":
-            raise RuntimeError("card declined")
-        record_effect(effects, "refund")
-        if mode == "interrupt-after":
-            raise KeyboardInterrupt
-        if mode == "sigkill-after":
-            os.kill(os.getpid(), signal.SIGKILL)
-        return Receipt(to, amount)
-
-    return send_refund
 
 
 def raised(env: ActivityEnvironment, fn: Any, *args: object) -> ApplicationError:
@@ -167,7 +145,8 @@ import sys
 from pathlib import Path
 from safeact import get_store
 from safeact.temporal import guarded_activity
-from tests.test_temporal import environment, refunds
+from tests.fake_bank import refunds
+from tests.test_temporal import environment
 
 with get_store(sys.argv[1]) as store:
     act = guarded_activity(refunds(store, Path(sys.argv[2]), ["sigkill-after"]))
@@ -178,14 +157,8 @@ with get_store(sys.argv[1]) as store:
 def test_retry_after_a_killed_worker_is_in_doubt(ledger: Path, tmp_path: Path) -> None:
     """A worker SIGKILLed after the side effect: attempt 2 gets the non-retryable doubt."""
     effects = tmp_path / "effects"
-    child = subprocess.run(
-        [sys.executable, "-c", CRASH_CHILD, str(ledger), str(effects)],
-        capture_output=True,
-        text=True,
-        check=False,
-        timeout=120,
-    )
-    assert child.returncode == -signal.SIGKILL, child.stderr
+    child = run_python("-c", CRASH_CHILD, ledger, effects)
+    assert ended(child) == "SIGKILL", child.stderr
     with get_store(ledger) as store:
         act = guarded_activity(refunds(store, effects, []))
         error = raised(environment(attempt=2), act, "ada", 5)
@@ -253,7 +226,7 @@ def test_cancelling_a_sync_activity_lets_its_action_finish(store: Store, tmp_pat
 def test_failed_action_is_not_retried(store: Store, tmp_path: Path) -> None:
     """An action that raised gives a non-retryable Failed error, now and on every retry."""
     effects = tmp_path / "effects"
-    modes = ["fail", "ok"]
+    modes: list[Mode] = ["fail", "ok"]
     act = guarded_activity(refunds(store, effects, modes))
     first = raised(environment(attempt=1), act, "ada", 5)
     second = raised(environment(attempt=2), act, "ada", 5)
@@ -293,14 +266,7 @@ def test_a_business_key_with_other_arguments_conflicts(store: Store, tmp_path: P
 def test_async_tool_is_an_async_activity(store: Store, tmp_path: Path) -> None:
     """An async tool makes an async activity; its retry replays too."""
     effects = tmp_path / "effects"
-
-    @safe(store, name="refund")
-    async def send_refund(key: str, to: str, amount: int) -> Receipt:
-        """Refund ``amount`` to ``to``."""
-        record_effect(effects, "refund")
-        await asyncio.sleep(0)
-        return Receipt(to, amount)
-
+    send_refund = async_refunds(store, effects)
     assert isinstance(send_refund, AsyncSafeTool)
     act = guarded_activity(send_refund)
     assert inspect.iscoroutinefunction(act)
@@ -377,7 +343,5 @@ def test_activity_without_a_workflow_raises(store: Store, tmp_path: Path) -> Non
 def test_import_safeact_does_not_import_temporalio() -> None:
     """``import safeact`` leaves temporalio unimported: only safeact.temporal needs it."""
     code = "import sys, safeact; print(sorted(m for m in sys.modules if m.startswith('temporal')))"
-    result = subprocess.run(
-        [sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60
-    )
-    assert result.stdout.strip() == "[]"
+    result = run_python("-c", code)
+    assert result.stdout.strip() == "[]", result.stderr

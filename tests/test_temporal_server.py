@@ -7,8 +7,6 @@ workflow id again (a new run id): the refund replays, and ran once.
 """
 
 import asyncio
-import signal
-import sys
 import uuid
 from pathlib import Path
 
@@ -19,6 +17,7 @@ from temporalio.exceptions import ActivityError, ApplicationError
 from safeact import get_store
 from safeact.temporal import IN_DOUBT
 from tests.actions import count_effects
+from tests.processes import ended, run_python
 from tests.temporal_worker import QUEUE, RefundOrder, worker
 
 WORKER = Path(__file__).with_name("temporal_worker.py")
@@ -33,10 +32,8 @@ async def crash_resolve_rerun(
     handle = await client.start_workflow(
         RefundOrder.run, args=["ada", 5], id=workflow_id, task_queue=QUEUE
     )
-    doomed = await asyncio.create_subprocess_exec(
-        sys.executable, str(WORKER), address, str(ledger), str(effects)
-    )
-    assert await asyncio.wait_for(doomed.wait(), 120) == -signal.SIGKILL
+    doomed = await asyncio.to_thread(run_python, WORKER, address, ledger, effects)
+    assert ended(doomed) == "SIGKILL", doomed.stderr
     with get_store(ledger) as store:
         async with worker(client, store, effects, die=False):
             with pytest.raises(WorkflowFailureError) as failed:
