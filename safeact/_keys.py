@@ -22,13 +22,15 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeAlias, final
 
 import attrs
 
+from safeact._doubt import DoubtReason
+
 if TYPE_CHECKING:
     from collections.abc import Callable
     from types import ModuleType
 
     from _typeshed import DataclassInstance
 
-    from safeact._protocol import JSON
+    from safeact._json import JSON
 
 __all__ = [
     "ArgsHash",
@@ -745,18 +747,22 @@ def _class_names(cls: type, rule: _Rule) -> list[JSON]:
 
 
 _PUBLIC_NAMES: dict[type, list[JSON]] = {
-    cls: ["pathlib", cls.__qualname__]
-    for cls in (
-        pathlib.PurePath,
-        pathlib.PurePosixPath,
-        pathlib.PureWindowsPath,
-        pathlib.Path,
-        pathlib.PosixPath,
-        pathlib.WindowsPath,
-    )
+    **{
+        cls: ["pathlib", cls.__qualname__]
+        for cls in (
+            pathlib.PurePath,
+            pathlib.PurePosixPath,
+            pathlib.PureWindowsPath,
+            pathlib.Path,
+            pathlib.PosixPath,
+            pathlib.WindowsPath,
+        )
+    },
+    DoubtReason: ["safeact._protocol", "DoubtReason"],
 }
 """Classes named by the module they are imported from, not the one that defines them:
-Python 3.13 moved pathlib's to ``pathlib._local``, which would move their digests."""
+Python 3.13 moved pathlib's to ``pathlib._local``, and safeact moved ``DoubtReason`` from
+``_protocol`` to ``_doubt``; either would move their digests."""
 
 
 def class_name(cls: type) -> list[JSON]:

@@ -121,6 +121,15 @@ class Listing(Ledger):
         rows = self._read("SELECT result_shape FROM tools WHERE name = ?", (tool,))
         return None if not rows else str(rows[0][0])
 
+    def _known_tools(self) -> list[str]:
+        """The tools that claimed a key through a store since the ledger reached schema 5.
+
+        Each wrote its results' description at its first claim (``_result_shape``); a row
+        whose name is not text (written outside safeact) names no tool.
+        """
+        rows = self._read("SELECT name FROM tools ORDER BY name", ())
+        return [name for (name,) in rows if isinstance(name, str)]
+
     def _unsettled(self) -> list[Record]:
         """The ATTEMPTING and IN_DOUBT rows as written, oldest first, for the protocol."""
         rows = self._read(

@@ -62,6 +62,10 @@ from typing import TYPE_CHECKING, Any, Literal, TypeAlias
 
 import attrs
 
+# The reasons and the JSON type are words the errors and the keys use too: they live
+# below them, and the protocol re-exports them with its states.
+from safeact._doubt import DoubtReason
+from safeact._json import JSON
 from safeact._settings import flag, optional_text
 from safeact.exceptions import KeyConflictError, SafeError
 
@@ -111,9 +115,6 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-JSON: TypeAlias = bool | int | float | str | list["JSON"] | dict[str, "JSON"] | None
-
-
 class State(enum.Enum):
     """Where a key stands in the ledger."""
 
@@ -157,29 +158,6 @@ class Record:
     error_type: str | None = None
     error_message: str | None = None
     doubt_reason: DoubtReason | None = None
-
-
-class DoubtReason(enum.Enum):
-    """Why a key is in doubt."""
-
-    CRASHED = "crashed"
-    """The owner's process is gone (or its host rebooted) without recording an outcome."""
-    LEASE_EXPIRED = "lease_expired"
-    """The owner stopped renewing its lease: frozen, cut off, or on a host that died."""
-    INTERRUPTED = "interrupted"
-    """The action was interrupted (KeyboardInterrupt, SystemExit, task cancellation).
-
-    Its frame unwound, but work it started (a thread, a handed-off task) may still run
-    while its process lives: not proof that the attempt is over.
-    """
-    IN_FLIGHT = "in_flight"
-    """The owner is alive and still running; the caller's wait ran out. Ask again later."""
-    RESULT_NOT_STORED = "result_not_stored"
-    """The action returned, but its result could not be stored: it ran."""
-    SESSION_LOST = "session_lost"
-    """The owner's liveness session on the database ended: it crashed, or was cut off."""
-    FAILURE_NOT_STORED = "failure_not_stored"
-    """The action raised, but its failure could not be stored."""
 
 
 PROOF = frozenset({DoubtReason.CRASHED})

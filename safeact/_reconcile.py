@@ -6,6 +6,9 @@ through; a probe does that asking. Only its answer changes the ledger, in one tr
 with the event that records it; a probe that raises, or answers anything else, changes
 nothing but the history. "Did not happen" is true only of the past: an owner that is not
 proven finished may still act, so then the key stays in doubt and the verdict is noted.
+
+This module says what an answer means (``verdict_step``, pure); the store asks the probe
+and carries that out (``Store._ask_probe``), for ``Store.reconcile`` and for a tool's call.
 """
 
 from __future__ import annotations
@@ -16,16 +19,24 @@ from typing import TYPE_CHECKING, Generic, TypeAlias, TypeVar, final
 
 import attrs
 
-import safeact._telemetry as telemetry
 from safeact._codec import ResultNotStorableError
-from safeact._history import Event, Why
+from safeact._history import Why
 from safeact._outcome import InDoubt
-from safeact._protocol import JSON, Record, Refusal, State, checkpoint
+from safeact._protocol import State
 
 if TYPE_CHECKING:
-    from safeact._store import Store
+    from safeact._protocol import JSON
 
-__all__ = ["Happened", "NotHappened", "Probe", "Unknown", "Verdict", "reconcile_key"]
+__all__ = [
+    "Happened",
+    "NotHappened",
+    "NoteOnly",
+    "Probe",
+    "Settle",
+    "Unknown",
+    "Verdict",
+    "verdict_step",
+]
 
 T = TypeVar("T")
 T_co = TypeVar("T_co", covariant=True)
@@ -61,61 +72,49 @@ Probe: TypeAlias = Callable[[str, InDoubt], Verdict[T]]
 """``probe(key, receipt)``: find out whether the in-doubt action of ``key`` happened."""
 
 
-def reconcile_key(
-    store: Store,
-    record: Record,
-    receipt: InDoubt,
-    probe: Callable[[str, InDoubt], object],
-    encode: Callable[[object], JSON],
-) -> Event | None:
-    """Ask ``probe`` about the in-doubt ``record`` and apply its answer.
+@attrs.frozen
+class Settle:
+    """Settle the key in doubt as ``state`` (``result``: its JSON text), noting ``note``.
 
-    ``encode`` turns a ``Happened`` result into the JSON a replay rebuilds (a result it
-    refuses counts as a failed probe). Returns the event appended to the key's history, or
-    ``None`` if the key had moved on meanwhile (then nothing was changed).
+    The ledger may refuse a release (an owner not proven finished): then nothing but the
+    history changes, ``note`` and the refusal noted there (``Why.RELEASE_WITHHELD``).
     """
-    with telemetry.probe(record, receipt.reason) as watch:
-        return watch.came_to(_ask(store, record, receipt, probe, encode))
+
+    state: State
+    result: str | None
+    note: str
 
 
-def _ask(
-    store: Store,
-    record: Record,
-    receipt: InDoubt,
-    probe: Callable[[str, InDoubt], object],
-    encode: Callable[[object], JSON],
-) -> Event | None:
-    """Ask the probe and apply its answer, as ``reconcile_key`` says."""
-    try:
-        answer = probe(record.key, receipt)
-    except Exception as exc:  # noqa: BLE001 - a probe's failure is an answer: "cannot tell"
-        telemetry.raised(exc)
-        return store._note(record, Why.PROBE_FAILED, f"the probe raised {telemetry.describe(exc)}")
-    checkpoint("probed")
+@attrs.frozen
+class NoteOnly:
+    """Change nothing but the key's history: add ``note`` to it, as ``why``."""
+
+    why: Why
+    note: str
+
+
+def verdict_step(answer: object, encode: Callable[[object], JSON]) -> Settle | NoteOnly:
+    """What a probe's ``answer`` does to the key in doubt it was asked about.
+
+    ``encode`` turns a ``Happened`` result into the JSON a replay rebuilds; a result it
+    refuses counts as a failed probe, as does an answer that is no verdict.
+    """
     match answer:
         case Happened(result=result, note=note):
             try:
                 stored = json.dumps(encode(result))
             except (ResultNotStorableError, ValueError) as exc:
-                return store._note(
-                    record, Why.PROBE_FAILED, f"the probe's result cannot be stored: {exc}"
-                )
-            said = _said("happened", note)
-            done = store._settle(record, State.SUCCEEDED, stored, why=Why.RECONCILED, note=said)
+                return NoteOnly(Why.PROBE_FAILED, f"the probe's result cannot be stored: {exc}")
+            return Settle(State.SUCCEEDED, stored, _said("happened", note))
         case NotHappened(note=note):
-            said = _said("did not happen", note)
-            done = store._settle(record, State.RELEASED, None, why=Why.RECONCILED, note=said)
+            return Settle(State.RELEASED, None, _said("did not happen", note))
         case Unknown(note=note):
-            return store._note(record, Why.PROBE_UNKNOWN, _said("cannot tell", note))
+            return NoteOnly(Why.PROBE_UNKNOWN, _said("cannot tell", note))
         case _:
-            return store._note(
-                record,
+            return NoteOnly(
                 Why.PROBE_FAILED,
                 f"the probe answered {answer!r}, not Happened, NotHappened or Unknown",
             )
-    if isinstance(done, Refusal):
-        return store._note(record, Why.RELEASE_WITHHELD, f"{said}; not applied: {done.reason}")
-    return done
 
 
 def _said(verdict: str, note: str) -> str:

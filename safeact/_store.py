@@ -10,6 +10,7 @@
 | archiving the history | ``_archive`` |
 | the heartbeat of held attempts | ``_liveness`` |
 | settings, the owner, row locks, a backend's hooks | ``_ledger`` |
+| asking a probe and carrying out its verdict (``_reconcile`` says what it means) | here |
 
 A backend (``SqliteStore``, ``PostgresStore``) subclasses ``Store`` and supplies connections,
 transactions and its schema.
@@ -21,23 +22,28 @@ from typing import TYPE_CHECKING, Self
 
 import attrs
 
+import safeact._telemetry as telemetry
 from safeact._archive import Archiving
 from safeact._audit import Audit
 from safeact._codec import encode_untyped
+from safeact._history import Why
 from safeact._listing import Listing
 from safeact._liveness import Liveness
 from safeact._outcome import in_doubt_from
-from safeact._protocol import State, may_mark, utc_now
-from safeact._reconcile import Probe, reconcile_key
+from safeact._protocol import Refusal, State, checkpoint, may_mark, utc_now
+from safeact._reconcile import NoteOnly, Probe, verdict_step
 from safeact._retention import Retention
 from safeact._saga_rows import SagaRows
 from safeact._transitions import KeyTransitions
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Callable, Mapping
     from types import TracebackType
 
     from safeact._history import Event
+    from safeact._json import JSON
+    from safeact._outcome import InDoubt
+    from safeact._protocol import Record
 
 __all__ = ["Store"]
 
@@ -100,9 +106,49 @@ class Store(KeyTransitions, Audit, SagaRows, Listing, Retention, Archiving, Live
             if probe is None:
                 continue
             record = attrs.evolve(found, state=State.IN_DOUBT, doubt_reason=reason)
-            event = reconcile_key(
-                self, record, in_doubt_from(record, reason), probe, encode_untyped
-            )
+            event = self._ask_probe(record, in_doubt_from(record, reason), probe, encode_untyped)
             if event is not None:
                 events.append(event)
         return events
+
+    def _ask_probe(
+        self,
+        record: Record,
+        receipt: InDoubt,
+        probe: Callable[[str, InDoubt], object],
+        encode: Callable[[object], JSON],
+    ) -> Event | None:
+        """Ask ``probe`` about the in-doubt ``record`` and apply its answer (``verdict_step``).
+
+        ``encode`` turns a ``Happened`` result into the JSON a replay rebuilds. Returns the
+        event appended to the key's history, or ``None`` if the key had moved on meanwhile
+        (then nothing was changed).
+        """
+        with telemetry.probe(record, receipt.reason) as watch:
+            return watch.came_to(self._apply_probe(record, receipt, probe, encode))
+
+    def _apply_probe(
+        self,
+        record: Record,
+        receipt: InDoubt,
+        probe: Callable[[str, InDoubt], object],
+        encode: Callable[[object], JSON],
+    ) -> Event | None:
+        """Ask the probe and apply its answer, as ``_ask_probe`` says."""
+        try:
+            answer = probe(record.key, receipt)
+        except Exception as exc:  # noqa: BLE001 - a probe's failure is an answer: "cannot tell"
+            telemetry.raised(exc)
+            return self._note(
+                record, Why.PROBE_FAILED, f"the probe raised {telemetry.describe(exc)}"
+            )
+        checkpoint("probed")
+        step = verdict_step(answer, encode)
+        if isinstance(step, NoteOnly):
+            return self._note(record, step.why, step.note)
+        done = self._settle(record, step.state, step.result, why=Why.RECONCILED, note=step.note)
+        if isinstance(done, Refusal):
+            return self._note(
+                record, Why.RELEASE_WITHHELD, f"{step.note}; not applied: {done.reason}"
+            )
+        return done

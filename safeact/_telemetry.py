@@ -29,8 +29,7 @@ from __future__ import annotations
 
 import functools
 import logging
-import weakref
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from contextvars import ContextVar
 from typing import TYPE_CHECKING, Concatenate, ParamSpec, Self, TypeVar, cast
 
@@ -39,7 +38,6 @@ import attrs
 from safeact._history import Why
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
 from safeact._protocol import DoubtReason, Record, State
-from safeact.exceptions import CorruptRecordError
 
 if TYPE_CHECKING:
     import contextlib
@@ -49,7 +47,6 @@ if TYPE_CHECKING:
     from opentelemetry.trace import Span, Tracer
 
     from safeact._history import Event
-    from safeact._store import Store
 
 __all__ = [
     "QUIET",
@@ -61,7 +58,7 @@ __all__ = [
     "compensation",
     "events",
     "fsynced",
-    "observe_in_doubt",
+    "observe",
     "probe",
     "raised",
     "resolving",
@@ -603,61 +600,29 @@ def fsynced(seconds: float) -> None:
         otel.fsyncs.record(seconds)
 
 
-_observed: weakref.WeakSet[Store] = weakref.WeakSet()
-_seen: weakref.WeakKeyDictionary[Store, set[str]] = weakref.WeakKeyDictionary()
-"""The stores ``observe_in_doubt`` was given, and the tools each has reported."""
+def observe(
+    name: str,
+    read: Callable[[], Iterable[tuple[int, dict[str, str]]]],
+    *,
+    unit: str,
+    description: str,
+) -> bool:
+    """Make ``name`` an observable gauge of safeact's meter, for ``safeact.otel``.
 
-
-def observe_in_doubt(store: Store) -> None:
-    """Report ``store``'s keys in doubt as the gauge ``safeact.keys.in_doubt``, by tool.
-
-    Each collection of the metrics reads the keys in doubt of every store given here (as
-    ``Store.list_in_doubt`` does) that is still open; a tool whose keys were all resolved
-    reports 0. This does not keep the store alive.
-
-    Raises:
-        ImportError: ``opentelemetry`` cannot be imported (install ``safeact[otel]``).
-
+    Each collection of the metrics reports the ``(value, attributes)`` pairs ``read`` gives
+    then. Returns False, and makes nothing, when OpenTelemetry cannot be imported (or used).
     """
-    if _otel() is None:
-        raise ImportError("observe_in_doubt needs OpenTelemetry's API: pip install 'safeact[otel]'")
-    _gauge()
-    _observed.add(store)
-
-
-@functools.cache
-def _gauge() -> None:
-    """Make the gauge, once; each collection reads the observed stores."""
     otel = _otel()
-    assert otel is not None
+    if otel is None:
+        return False
+
+    def observed(_: CallbackOptions) -> Iterator[Observation]:
+        from opentelemetry.metrics import Observation  # noqa: PLC0415 - only once it is used
+
+        for value, attributes in read():
+            yield Observation(value, attributes)
+
     otel.meter.create_observable_gauge(
-        "safeact.keys.in_doubt",
-        callbacks=[_in_doubt],
-        unit="{key}",
-        description="Keys that need a decision now (as `safeact doubt` lists them), by ledger "
-        "and tool",
+        name, callbacks=[observed], unit=unit, description=description
     )
-
-
-def _in_doubt(_: CallbackOptions) -> Iterator[Observation]:
-    """One observation per tool of each observed store: its keys in doubt now."""
-    from opentelemetry.metrics import Observation  # noqa: PLC0415 - only once it is used
-
-    for store in list(_observed):
-        try:
-            found = store.scan_records(state=State.IN_DOUBT)
-        except Exception:
-            # Said, not hidden: an alert on "> 0" cannot fire for a ledger that reports
-            # nothing; alert on the series being absent as well.
-            _logger.warning(
-                "could not count the keys in doubt of %s", store.location, exc_info=True
-            )
-            continue
-        counts = dict.fromkeys(_seen.get(store, ()), 0)
-        for record in found:
-            # A corrupt row needs a person as much as a doubt does: counted, apart.
-            tool = "(corrupt)" if isinstance(record, CorruptRecordError) else record.tool
-            counts[tool] = counts.get(tool, 0) + 1
-        _seen[store] = set(counts)
-        for tool, count in sorted(counts.items()):
-            yield Observation(count, {"safeact.ledger": store.location, "safeact.tool": tool})
+    return True

@@ -15,10 +15,11 @@ import time
 import types
 import typing
 import uuid
-from collections.abc import Callable, Coroutine, Generator, Iterable
+from collections.abc import Callable, Coroutine, Generator, Iterable, Iterator
 from typing import (
     TYPE_CHECKING,
     Any,
+    ClassVar,
     Concatenate,
     Generic,
     Literal,
@@ -27,6 +28,7 @@ from typing import (
     TypeAlias,
     TypeVar,
     cast,
+    final,
     overload,
 )
 
@@ -237,6 +239,9 @@ class _Guard(Generic[T_co]):
     __wrapped__: Callable[..., object]
     """The guarded function (set by ``functools.update_wrapper``)."""
 
+    _awaits: ClassVar[bool]
+    """Whether the function is a coroutine function: awaited, or called."""
+
     def __init__(  # noqa: PLR0913 - one keyword per setting of safe()
         self,
         fn: Callable[..., object],
@@ -248,6 +253,13 @@ class _Guard(Generic[T_co]):
         reconcile: Probe[object] | None = None,
         ignore: Iterable[str] = (),
     ) -> None:
+        _check_function(fn)
+        if inspect.isasyncgenfunction(fn):
+            raise TypeError(_GENERATOR.format(fn.__qualname__))
+        if inspect.iscoroutinefunction(fn) is not self._awaits:
+            # An async tool awaiting a plain function's result would fail after the action ran.
+            kind = "not async" if self._awaits else "async"
+            raise TypeError(f"{fn.__qualname__} is {kind}: make it a tool with safe(store)")
         from safeact._open import StoreHandle  # noqa: PLC0415 - loaded with the first tool
 
         self.name = name if name is not None else _default_name(fn)
@@ -315,10 +327,10 @@ class _Guard(Generic[T_co]):
         """
         if self.reconcile is None:
             return None
-        from safeact._reconcile import reconcile_key  # noqa: PLC0415 - probes load when used
-
         receipt = in_doubt_from(record, reason)
-        event = reconcile_key(self.store, record, receipt, self.reconcile, self._encode)
+        event = self.store._ask_probe(  # noqa: SLF001 - the tool and its store are one
+            record, receipt, self.reconcile, self._encode
+        )
         if event is not None and event.why is Why.RELEASE_WITHHELD:
             return event.note
         return None
@@ -478,6 +490,27 @@ class _Guard(Generic[T_co]):
     def _mark(self, mark: Mark) -> bool:
         return self.store._mark_in_doubt(mark.record.key, mark.record.attempt_id, mark.reason)
 
+    @contextlib.contextmanager
+    def _acting(self, record: Record) -> Iterator[_Ran]:
+        """The one body of both drivers' ``Act``: the action runs inside, lease renewed.
+
+        The driver only runs the function inside the block, calling or awaiting it, and
+        hands what it returned to ``ran.returned``; ``ran.answer`` is then the call's answer.
+        An ``Exception`` the action raised is its outcome (``Raised``), not propagated. An
+        interruption (``KeyboardInterrupt``, a task's cancellation) marks the attempt in
+        doubt and propagates: blocking for that one short write, as an await there could
+        itself be cancelled.
+        """
+        ran = _Ran()
+        with self.store._hold(record):
+            try:
+                yield ran
+            except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
+                ran.answer = Raised(exc, os.getpid())
+            except BaseException:
+                self._ended_by_interrupt(record)
+                raise
+
     def _ended_by_interrupt(self, record: Record) -> None:
         """The action was interrupted: mark the attempt, unless in a child forked inside it."""
         if owner_may_write(record, os.getpid()):
@@ -573,6 +606,8 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
     operator's decisions about its keys, with results checked against ``return_type``.
     """
 
+    _awaits = False
+
     def __init__(  # noqa: PLR0913 - one keyword per setting of safe()
         self,
         fn: Callable[Concatenate[str, P], T_co],
@@ -585,11 +620,6 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
         ignore: Iterable[str] = (),
     ) -> None:
         """Check ``fn`` and bind it to ``store``; see ``safe``."""
-        _check_function(fn)
-        if inspect.isasyncgenfunction(fn):
-            raise TypeError(_GENERATOR.format(fn.__qualname__))
-        if inspect.iscoroutinefunction(fn):
-            raise TypeError(f"{fn.__qualname__} is async: make it a tool with safe(store)")
         super().__init__(
             fn,
             store,
@@ -637,15 +667,9 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
                 time.sleep(seconds)
                 return None
             case Act(record):
-                with self.store._hold(record):
-                    try:
-                        value = self._fn(record.key, *args, **kwargs)  # type: ignore[arg-type] # P was checked by the caller's signature
-                    except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
-                        return Raised(exc, os.getpid())
-                    except BaseException:
-                        self._ended_by_interrupt(record)
-                        raise
-                return Returned(value, os.getpid())
+                with self._acting(record) as ran:
+                    ran.returned(self._fn(record.key, *args, **kwargs))  # type: ignore[arg-type] # P was checked by the caller's signature
+                return ran.answer
             case _:
                 return self._ledger(request)
 
@@ -660,6 +684,8 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
     ``CancelledError`` propagates.
     """
 
+    _awaits = True
+
     def __init__(  # noqa: PLR0913 - one keyword per setting of safe()
         self,
         fn: Callable[Concatenate[str, P], Coroutine[Any, Any, T_co]],
@@ -672,12 +698,6 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
         ignore: Iterable[str] = (),
     ) -> None:
         """Check ``fn`` and bind it to ``store``; see ``safe``."""
-        _check_function(fn)
-        if inspect.isasyncgenfunction(fn):
-            raise TypeError(_GENERATOR.format(fn.__qualname__))
-        if not inspect.iscoroutinefunction(fn):
-            # awaiting a plain function's result would fail only after the action ran
-            raise TypeError(f"{fn.__qualname__} is not async: make it a tool with safe(store)")
         super().__init__(
             fn,
             store,
@@ -764,17 +784,23 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
     async def _act(
         self, record: Record, args: tuple[object, ...], kwargs: dict[str, object]
     ) -> Returned | Raised:
-        """Await the action under ``record``'s attempt, its lease renewed meanwhile."""
-        with self.store._hold(record):
-            try:
-                value = await self._fn(record.key, *args, **kwargs)  # type: ignore[arg-type] # P was checked by the caller's signature
-            except Exception as exc:  # noqa: BLE001 - any failure of the action is its outcome
-                return Raised(exc, os.getpid())
-            except BaseException:
-                # Blocking for one short write: an await here could itself be cancelled.
-                self._ended_by_interrupt(record)
-                raise
-        return Returned(value, os.getpid())
+        """Await the action under ``record``'s attempt (``_acting``)."""
+        with self._acting(record) as ran:
+            ran.returned(await self._fn(record.key, *args, **kwargs))  # type: ignore[arg-type] # P was checked by the caller's signature
+        return ran.answer
+
+
+@final
+class _Ran:
+    """What came of one run of the action (``_Guard._acting``): ``Returned`` or ``Raised``."""
+
+    __slots__ = ("answer",)
+
+    answer: Returned | Raised
+
+    def returned(self, value: object) -> None:
+        """The action returned ``value``, in this process (a child forked in it has its pid)."""
+        self.answer = Returned(value, os.getpid())
 
 
 @attrs.frozen

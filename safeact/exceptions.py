@@ -13,7 +13,7 @@ if TYPE_CHECKING:
     from collections.abc import Callable
     from datetime import datetime
 
-    from safeact._protocol import DoubtReason
+    from safeact._doubt import DoubtReason
 
 __all__ = [
     "CorruptRecordError",

@@ -1,7 +1,7 @@
 """Break each guarantee on purpose and count the tests that go red.
 
     python -m tests.mutants                  run every named mutant; exit 1 if one survives
-    python -m tests.mutants --update-readme  also rewrite the figures in README.md
+    python -m tests.mutants --update-docs  also rewrite the figures in docs/proof.md
     python -m tests.mutants --only release   only the mutants whose name contains "release"
 
 Each mutant is a small edit of the package, applied to a copy of the project in a
@@ -13,7 +13,7 @@ tests; one of the PostgreSQL backend runs its tests whole.
 
 Each mutant names the quickest test files that see its break, quickest first, and its run
 stops at its first red test (``--maxfail=1``): one red test kills a mutant, and a broken
-wait costs seconds per red test. ``--update-readme`` runs every test, for the counts. The
+wait costs seconds per red test. ``--update-docs`` runs every test, for the counts. The
 real-process tests (test_crash, test_concurrency, test_liveness, test_release,
 test_saga_crash) and the state machines guard the same rules in the suite; here they would
 cost minutes for breaks that quicker tests see too, so a mutant names one only where
@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parent.parent
 CLAIM_THEN_ACT = """            case Claim():
                 return self._claim(request)
 """
-ACT_NOW = "                        value = self._fn(record.key, *args, **kwargs)"
+ACT_NOW = "                    ran.returned(self._fn(record.key, *args, **kwargs))"
 UNDO_KEY = "        key = compensation_key(step)\n        outcome = yield Compensate("
 CLAIM_SYNCED = "self._transaction(sync=True) as db:\n                if previous is None:"
 DECIDE_UNSETTLED = "return Wait(record) if reason is None else Doubt(record, reason)"
@@ -46,7 +46,7 @@ CLAIM_ANY = "(*attempt, key, previous.state.value, previous.attempt_id),"
 PROVEN = "    if reason in PROOF:\n        return None"
 NOT_STORED = 'as happened",\n            forceable=False,'
 OWNER_WRITES = "_OWNER_WRITES = frozenset({State.ATTEMPTING, State.IN_DOUBT, State.RELEASED})"
-PROBE_RELEASE = "done = store._settle(record, State.RELEASED, None, why=Why.RECONCILED, note=said)"
+PROBE_RELEASE = "step.result, why=Why.RECONCILED, note=step.note)"
 SETTLE_RECHECK = (
     "            reason = self._abandonment(current, utc_now())\n            if reason is None:\n"
 )
@@ -117,7 +117,7 @@ MUTANTS = [
                     "                return self._claim(",
                 ),
             ),
-            Edit("safeact/_tool.py", ACT_NOW, "                        value = self._early"),
+            Edit("safeact/_tool.py", ACT_NOW, "                    ran.returned(self._early)"),
         ],
         ["tests/test_guarded_call.py", "tests/test_ledger.py", "tests/test_history.py"],
     ),
@@ -310,10 +310,12 @@ MUTANTS = [
     Mutant(
         "let a probe's not-happened release an unproven owner",
         [
+            # The store applies every probe's settling verdict with this one call; force
+            # changes only a release (not happened), which is the guarantee at stake.
             Edit(
-                "safeact/_reconcile.py",
+                "safeact/_store.py",
                 PROBE_RELEASE,
-                PROBE_RELEASE.replace("note=said)", "note=said, force=True)"),
+                PROBE_RELEASE.replace("note=step.note)", "note=step.note, force=True)"),
             )
         ],
         ["tests/test_proof.py"],
@@ -939,31 +941,31 @@ def table(results: list[Result]) -> str:
     return "\n".join(lines)
 
 
-def update_readme(results: list[Result]) -> None:
-    readme = ROOT / "README.md"
-    text = readme.read_text()
+def update_docs(results: list[Result]) -> None:
+    page = ROOT / "docs" / "proof.md"
+    text = page.read_text()
     block = f"<!-- mutants:start -->\n{table(results)}\n<!-- mutants:end -->"
     updated, count = re.subn(
         r"<!-- mutants:start -->.*<!-- mutants:end -->", block, text, flags=re.DOTALL
     )
     if count != 1:
-        raise SystemExit("README.md has no <!-- mutants:start --> ... <!-- mutants:end --> block")
-    readme.write_text(updated)
+        raise SystemExit(f"{page} has no <!-- mutants:start --> ... <!-- mutants:end --> block")
+    page.write_text(updated)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--update-readme", action="store_true")
+    parser.add_argument("--update-docs", action="store_true")
     parser.add_argument("--only", metavar="TEXT", help="run the mutants whose name contains TEXT")
     options = parser.parse_args()
     chosen = [m for m in MUTANTS if options.only is None or options.only in m.name]
     if not chosen:
         raise SystemExit(f"no mutant's name contains {options.only!r}")
-    if options.update_readme and len(chosen) < len(MUTANTS):
-        raise SystemExit("--update-readme needs every mutant: leave out --only")
-    results = run_all(chosen, every=options.update_readme)
-    if options.update_readme:
-        update_readme(results)
+    if options.update_docs and len(chosen) < len(MUTANTS):
+        raise SystemExit("--update-docs needs every mutant: leave out --only")
+    results = run_all(chosen, every=options.update_docs)
+    if options.update_docs:
+        update_docs(results)
     survivors = [r.name for r in results if not r.red]
     print(f"{len(results) - len(survivors)} of {len(results)} mutants killed")
     if survivors:

@@ -39,7 +39,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from safeact import KeyConflictError, Store, Succeeded, get_store, safe
+from safeact import DoubtReason, KeyConflictError, Store, Succeeded, get_store, safe
 from safeact._keys import ArgsHash
 from tests import same_names as one
 from tests.test_args_hash import (
@@ -655,6 +655,13 @@ def test_a_paths_digest_is_not_the_module_python_defines_its_class_in(
     """Python 3.13 defines PurePosixPath in pathlib._local: its digest stays the same."""
     monkeypatch.setattr(PurePosixPath, "__module__", "pathlib._local")
     assert digest(PurePosixPath("a/b")) == NOW_DIGESTS["pure path"]
+
+
+def test_a_doubt_reasons_digest_is_not_the_module_safeact_defines_it_in() -> None:
+    """DoubtReason moved from safeact._protocol to safeact._doubt: its digest stays the same."""
+    # As safeact computed it while DoubtReason was defined in safeact._protocol.
+    before = "97c537f4ff9bb2bccac02d5af94ae48381af49935641bdbd50a4e6bccf2b9366"
+    assert digest(DoubtReason.CRASHED) == before
 
 
 # The property: equal in type and content exactly when one digest.

@@ -29,6 +29,7 @@ from opentelemetry.util._once import Once
 
 import safeact
 import safeact._telemetry
+import safeact.otel
 from safeact import (
     DoubtReason,
     Failed,
@@ -66,7 +67,7 @@ def otel() -> Iterator[tuple[InMemorySpanExporter, InMemoryMetricReader]]:
     metrics.set_meter_provider(meters)
     # Its instruments and gauge come from this provider.
     safeact._telemetry._otel.cache_clear()
-    safeact._telemetry._gauge.cache_clear()
+    safeact.otel._gauge.cache_clear()
     yield exporter, reader
     exporter.shutdown()  # the rest of the session's spans are not kept
     meters.shutdown()
@@ -77,7 +78,7 @@ def otel() -> Iterator[tuple[InMemorySpanExporter, InMemoryMetricReader]]:
     metrics_api._METER_PROVIDER = None
     metrics_api._PROXY_METER_PROVIDER = metrics_api._ProxyMeterProvider()
     safeact._telemetry._otel.cache_clear()
-    safeact._telemetry._gauge.cache_clear()
+    safeact.otel._gauge.cache_clear()
 
 
 @pytest.fixture
@@ -670,6 +671,68 @@ def test_the_gauge_reports_the_keys_in_doubt_of_an_observed_store(
     store.resolve("k-1", happened=True, result=1)
     store.resolve("k-2", happened=False)
     assert gauge() == 0
+
+
+def gauged(
+    reader: InMemoryMetricReader, store: Store
+) -> dict[frozenset[tuple[str, object]], object]:
+    """The gauge's points for ``store``'s ledger, collected now."""
+    found = points(reader, "safeact.keys.in_doubt")
+    return {
+        where: value
+        for where, value in found.items()
+        if ("safeact.ledger", store.location) in where
+    }
+
+
+def test_the_gauge_reads_0_for_each_tool_of_a_healthy_ledger(
+    store: Store, reader: InMemoryMetricReader
+) -> None:
+    """A tool with no key in doubt reads 0, not nothing, and reads 0 again once resolved."""
+
+    @safe(store, name="gauged.healthy")
+    def act(key: str) -> int:
+        return 1
+
+    act("k-0")  # its first claim: the ledger knows the tool
+    observe_in_doubt(store)
+    assert gauged(reader, store) == {of(ledger=store.location, tool="gauged.healthy"): 0}
+    left_in_doubt(store, act, "k-1")
+    assert gauged(reader, store) == {of(ledger=store.location, tool="gauged.healthy"): 1}
+    store.resolve("k-1", happened=True, result=1)
+    assert gauged(reader, store) == {of(ledger=store.location, tool="gauged.healthy"): 0}
+
+
+def test_a_ledger_that_knows_no_tool_reads_one_0_that_gives_way_to_its_tools(
+    store: Store, reader: InMemoryMetricReader
+) -> None:
+    """Before any tool claims: one 0 with no tool; after, only the tools' (a sum stays exact)."""
+
+    @safe(store, name="gauged.first")
+    def act(key: str) -> int:
+        return 1
+
+    observe_in_doubt(store)
+    assert gauged(reader, store) == {of(ledger=store.location): 0}
+    act("k-0")
+    assert gauged(reader, store) == {of(ledger=store.location, tool="gauged.first"): 0}
+
+
+def test_the_gauge_reads_0_for_a_tool_only_another_store_called(
+    tmp_path: Path, reader: InMemoryMetricReader
+) -> None:
+    """A tool the ledger knows (another process's, or an earlier run's) reads 0 here too."""
+    with get_store(tmp_path / "shared.db") as elsewhere:
+
+        @safe(elsewhere, name="gauged.elsewhere")
+        def act(key: str) -> int:
+            return 1
+
+        act("k-0")
+    with get_store(tmp_path / "shared.db") as store:
+        observe_in_doubt(store)
+        found = gauged(reader, store)
+    assert found == {of(ledger=store.location, tool="gauged.elsewhere"): 0}
 
 
 def test_the_gauge_counts_a_corrupt_row_in_doubt_apart(
