@@ -2,7 +2,8 @@
 
 Only the console script (and ``python -m safeact``) imports this module. Every command but
 ``migrate`` refuses a missing ledger instead of creating one. User mistakes end with one line
-on stderr and exit code 2; ``doubt`` and ``reconcile`` exit with 1 while anything is in doubt.
+on stderr and exit code 2; ``doubt`` and ``reconcile`` exit with 1 while anything is in doubt,
+and ``resolve --keys-from`` (``_cli_batch``) when a key changed after the check and was left.
 
 A row changed outside safeact (``CorruptRecordError``) never ends a listing: ``ls``, ``show``,
 ``stats``, ``sagas`` and ``doubt`` show it in its place as corrupt, and a line on stderr
@@ -30,6 +31,18 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, NoReturn, cast
 
+from safeact._cli_batch import (
+    Decision,
+    InputError,
+    Verdict,
+    apply_items,
+    check_items,
+    read_items,
+    refusal_summary,
+    summary,
+    verdict_json,
+    verdict_line,
+)
 from safeact._cli_json import (
     SCHEMAS,
     archived_json,
@@ -85,7 +98,8 @@ _CORRUPT_JSON = '{"key": KEY, "corrupt": WHAT_IS_WRONG, "column": COLUMN}'
 _EXIT_STATUS = f"""exit status:
   0  done
   1  something needs a decision: a key in doubt (doubt, reconcile) or a corrupt row
-     (doubt; show of a corrupt key)
+     (doubt; show of a corrupt key); a key of resolve --keys-from that changed after the
+     check and was not resolved
   2  a usage error, or a ledger that cannot be used
 
 A row changed outside safeact is listed as corrupt, with what is wrong, instead of
@@ -107,11 +121,37 @@ class _Parser(argparse.ArgumentParser):
     words: Sequence[str] = ()
     """The words this parser was last given, for the hints of its errors."""
 
+    key_or: str | None = None
+    """The option that may stand in for the command's KEY (resolve's ``keys_from``).
+
+    Set, KEY is optional and exactly one of the two is required; options and KEY then come
+    in any order through argparse's intermixed parsing, since its plain parsing (Python
+    3.11) takes an optional KEY as absent at the first option before it.
+    """
+
+    _inner = False
+    """Whether intermixed parsing is under way (it calls ``parse_known_args`` per pass)."""
+
     def parse_known_args(  # type: ignore[override]  # the one overload safeact calls
         self, args: Iterable[str] | None = None, namespace: argparse.Namespace | None = None
     ) -> tuple[argparse.Namespace, list[str]]:
+        if self._inner:
+            return super().parse_known_args(args, namespace)
         self.words = list(sys.argv[1:] if args is None else args)
-        return super().parse_known_args(self.words, namespace)
+        if self.key_or is None:
+            return super().parse_known_args(self.words, namespace)
+        self._inner = True
+        try:
+            parsed, extras = self.parse_known_intermixed_args(self.words, namespace)
+        finally:
+            self._inner = False
+        given = (parsed.key is not None, getattr(parsed, self.key_or) is not None)
+        if given == (False, False):
+            self.error(_REQUIRED + "KEY")  # as for a required KEY: the hint about '-' follows
+        if given == (True, True):
+            option = f"--{self.key_or.replace('_', '-')}"
+            self.error(f"argument {option}: not allowed with argument KEY: give one or the other")
+        return parsed, extras
 
     def error(self, message: str) -> NoReturn:
         hint = dash_hint(message, self.words, self._option_string_actions, self.prog)
@@ -569,6 +609,13 @@ def cmd_resolve(options: argparse.Namespace, store: Store) -> int:
         )
     if options.force and options.happened:
         raise _UsageError("--force goes with --not-happened: --happened needs no proof")
+    if options.keys_from is not None:
+        return resolve_reviewed(options, store)
+    if options.dry_run:
+        raise _UsageError(
+            "--dry-run goes with --keys-from: a single KEY is checked as it is resolved, and a "
+            "refused decision changes nothing"
+        )
     before = store.get(options.key)
     tool, unchecked = (
         _result_check(store, before, options.result) if options.happened else (None, None)
@@ -594,6 +641,104 @@ def cmd_resolve(options: argparse.Namespace, store: Store) -> int:
         was = "?" if before is None else before.state.value
         _print([f"{escaped(after.key)}: {was} → {after.state.value}"])
     return 0
+
+
+def resolve_reviewed(options: argparse.Namespace, store: Store) -> int:
+    """``resolve --keys-from``: check every item, then resolve each key in its own transaction.
+
+    Exit 0: every key resolved (or, with ``--dry-run``, every key would be). An item
+    refused by the check refuses the whole set: nothing is written, every item is reported
+    and the error says how many (exit 2). A key that changed between the check and its own
+    transaction is refused and reported, the others are resolved all the same (exit 1).
+    """
+    if options.attempt is not None:
+        raise _UsageError(
+            "--attempt goes with a KEY: with --keys-from, each item's attempt_id (as doubt "
+            "--json prints it) is the attempt its key must still be at"
+        )
+    try:
+        items = read_items(_reviewed(options.keys_from))
+    except InputError as exc:
+        raise _UsageError(f"--keys-from {_source(options.keys_from)}: {exc}") from None
+    decision = Decision(
+        happened=options.happened, result=options.result, force=options.force, note=options.note
+    )
+
+    def fits(record: Record) -> tuple[str | None, str | None]:
+        try:
+            _, unchecked = _result_check(store, record, options.result)
+        except _UsageError as exc:  # said of the whole set: nothing changes for any key
+            return str(exc).removesuffix("; nothing was changed"), None
+        return None, unchecked
+
+    checked = check_items(store, items, decision, fits)
+    refused = refusal_summary(checked, dry_run=options.dry_run)
+    if refused is not None or options.dry_run:
+        _say_verdicts(options, checked, decision)
+        if refused is not None:
+            raise _UsageError(refused)
+        _print([] if options.json else [summary(checked, decision, dry_run=True)])
+        return 0
+    applied: list[Verdict] = []
+    for verdict in apply_items(store, checked, decision):
+        applied.append(verdict)
+        _say_verdicts(options, [verdict], decision)
+        if verdict.status == "resolved" and verdict.warning is not None:
+            _warn(verdict.warning)
+        sys.stdout.flush()  # what is done is said at once, whatever stops the rest
+    if not options.json:
+        _print([summary(applied, decision, dry_run=False)])
+    return 0 if all(v.status == "resolved" for v in applied) else 1
+
+
+def _say_verdicts(
+    options: argparse.Namespace, verdicts: Sequence[Verdict], decision: Decision
+) -> None:
+    if options.json:
+        _print_json(verdict_json(v, decision) for v in verdicts)
+    else:
+        _print(verdict_line(v, decision, dry_run=options.dry_run) for v in verdicts)
+
+
+def _source(source: str) -> str:
+    """``--keys-from``'s value as an error names it: standard input, or the file."""
+    if source == "-":
+        return "- (standard input)"
+    return echoed(source if _is_utf8(source) else _as_typed(source))
+
+
+def _reviewed(source: str) -> str:
+    """The text of the reviewed set: the file ``source``, or standard input for ``-``.
+
+    Raises:
+        InputError: it cannot be read, or it is not UTF-8.
+
+    """
+    if source == "-":
+        if sys.stdin is None:
+            raise InputError("standard input is closed")
+        if sys.stdin.isatty():
+            _warn(
+                "safeact: reading the keys from the terminal, one JSON object per line as "
+                "safeact doubt --json prints them; end with Ctrl-D"
+            )
+        data: bytes | str = (
+            sys.stdin.buffer.read() if hasattr(sys.stdin, "buffer") else sys.stdin.read()
+        )
+    else:
+        try:
+            data = Path(source).read_bytes()
+        except OSError as exc:
+            raise InputError(f"cannot read it ({exc.strerror or exc})") from None
+    if isinstance(data, str):
+        return data
+    try:
+        return data.decode()
+    except UnicodeDecodeError as exc:
+        line = data.count(b"\n", 0, exc.start) + 1
+        raise InputError(
+            f"line {line}: not valid UTF-8 (byte {exc.start:,}), so it is not JSON text"
+        ) from None
 
 
 def cmd_amend(options: argparse.Namespace, store: Store) -> int:
@@ -999,45 +1144,18 @@ def parser() -> _Parser:
 
     resolve = command(
         "resolve",
-        "Close an in-doubt key after checking what really happened.",
+        "Close an in-doubt key after checking what really happened; or, with --keys-from, "
+        "a reviewed set of keys with one decision.",
         'safeact resolve agent.db refund-1002 --happened --result \'{"to": "bob", '
         "\"amount\": 20}' --note 'bank ref 8841'",
         "safeact resolve agent.db refund-1003 --not-happened --note 'no payment at the bank'",
+        "safeact doubt agent.db --json | jq -c 'select(.tool == \"pay.refund\")' > reviewed.jsonl",
+        "safeact resolve agent.db --keys-from reviewed.jsonl --not-happened --note 'provider: "
+        "none arrived' --dry-run",
+        "safeact resolve agent.db --keys-from reviewed.jsonl --not-happened --note 'provider: "
+        "none arrived'",
     )
-    resolve.epilog = (
-        f"{resolve.epilog}\n\n--not-happened needs proof that the key's owner is finished "
-        "(it was interrupted, or its process is gone on its host); otherwise add --force, "
-        "after checking that process yourself."
-    )
-    resolve.add_argument("key", type=_KEY, metavar="KEY", help="the key in doubt")
-    decision = resolve.add_mutually_exclusive_group(required=True)
-    decision.add_argument("--happened", action="store_true", help="it ran: record it SUCCEEDED")
-    decision.add_argument(
-        "--not-happened", dest="happened", action="store_false", help="it did not: release it"
-    )
-    resolve.add_argument(
-        "--result",
-        type=json_value,
-        default=NO_RESULT,
-        metavar="JSON",
-        help=(
-            "with --happened (required): what the tool would have returned, as JSON; "
-            "checked against the return type the tool recorded in the ledger (its code is "
-            "never imported)"
-        ),
-    )
-    resolve.add_argument("--note", type=_NOTE, help="why: kept in the key's history")
-    resolve.add_argument(
-        "--attempt", type=_ATTEMPT, metavar="ID", help="only if the key is still at attempt ID"
-    )
-    resolve.add_argument(
-        "--force",
-        action="store_true",
-        help=(
-            "with --not-happened: release even though the owner is not proven finished "
-            "(its lease ran out or its session was lost); the history keeps it as your word"
-        ),
-    )
+    _resolve_options(resolve)
 
     amend = command(
         "amend",
@@ -1146,6 +1264,79 @@ def parser() -> _Parser:
         "safeact migrate agent.db",
     )
     return top
+
+
+_RESOLVE_USAGE = (
+    "safeact resolve LEDGER KEY (--happened --result JSON | --not-happened [--force])\n"
+    "                       [--attempt ID] [--note NOTE] [--json]\n"
+    "       safeact resolve LEDGER --keys-from FILE\n"
+    "                       (--happened --result JSON | --not-happened [--force])\n"
+    "                       [--dry-run] [--note NOTE] [--json]"
+)
+
+_KEYS_FROM = """--keys-from FILE (- for standard input) reads the keys as safeact doubt --json
+prints them, filtered or not: one JSON object per key, with its key and the
+attempt_id reviewed. The decision, the result and the note are the options', the
+same for every key; an item never decides. Every item is checked first, as a single
+resolve is: an unknown key, a key not in doubt or not at the attempt_id reviewed, a
+result that does not fit, a release without proof, a key listed twice refuse the
+whole set (exit 2, every item reported, nothing changed). Then each key is resolved
+in its own transaction, at the attempt checked: a key that changed meanwhile is
+refused and reported, never overwritten, and the others are resolved (exit 1).
+Exit 0 when every key was resolved."""
+
+
+def _resolve_options(resolve: _Parser) -> None:
+    """``resolve``'s usage, arguments and options: a KEY, or a reviewed set of keys."""
+    resolve.usage = _RESOLVE_USAGE
+    resolve.epilog = (
+        f"{resolve.epilog}\n\n--not-happened needs proof that the key's owner is finished "
+        "(it was interrupted, or its process is gone on its host); otherwise add --force, "
+        f"after checking that process yourself.\n\n{_KEYS_FROM}"
+    )
+    resolve.key_or = "keys_from"
+    resolve.add_argument(
+        "key", type=_KEY, nargs="?", metavar="KEY", help="the key in doubt (or --keys-from)"
+    )
+    resolve.add_argument(
+        "--keys-from",
+        metavar="FILE",
+        help="resolve the keys listed in FILE (- for standard input), as safeact doubt --json "
+        "prints them, each with the decision these options give",
+    )
+    resolve.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="with --keys-from: check every key and say what would be done; change nothing",
+    )
+    decision = resolve.add_mutually_exclusive_group(required=True)
+    decision.add_argument("--happened", action="store_true", help="it ran: record it SUCCEEDED")
+    decision.add_argument(
+        "--not-happened", dest="happened", action="store_false", help="it did not: release it"
+    )
+    resolve.add_argument(
+        "--result",
+        type=json_value,
+        default=NO_RESULT,
+        metavar="JSON",
+        help=(
+            "with --happened (required): what the tool would have returned, as JSON; "
+            "checked against the return type the tool recorded in the ledger (its code is "
+            "never imported)"
+        ),
+    )
+    resolve.add_argument("--note", type=_NOTE, help="why: kept in the key's history")
+    resolve.add_argument(
+        "--attempt", type=_ATTEMPT, metavar="ID", help="only if the key is still at attempt ID"
+    )
+    resolve.add_argument(
+        "--force",
+        action="store_true",
+        help=(
+            "with --not-happened: release even though the owner is not proven finished "
+            "(its lease ran out or its session was lost); the history keeps it as your word"
+        ),
+    )
 
 
 _RUN: dict[str, Callable[[argparse.Namespace, Store], int]] = {

@@ -49,7 +49,12 @@ SCHEMAS = {
         f"{_CORRUPT}|null, late_completions: [RECORD|CORRUPT], history: [EVENT {_EVENT}]}}"
     ),
     "doubt": "one line per key in doubt: RECORD with age_seconds; a corrupt row: CORRUPT",
-    "resolve": "one object: {key, from_state, to_state, record: RECORD}",
+    "resolve": (
+        "one object: {key, from_state, to_state, record: RECORD}; with --keys-from, one line "
+        "per item: {item, line, key, attempt_id, tool, status: checked|resolved|refused, "
+        "refused_at: check|apply|null, reason, from_state, to_state, warning, "
+        "record: RECORD|null}"
+    ),
     "amend": "one object: {key, result, record: RECORD}",
     "sagas": f"one line per saga: {_SAGA}; a corrupt row: {_CORRUPT}",
     "purge": "one object: {dry_run, older_than, states: [STATE], keys: [KEY], sagas: [SAGA_ID]}",

@@ -29,10 +29,12 @@ COMMANDS = [
     ["export", "{ledger}", "--before", "{now}"],
     ["purge", "{ledger}", "--older-than", "2000-01-01T00:00Z"],
     ["resolve", "{ledger}", "pay-2", "--not-happened"],
+    ["resolve", "--keys-from", "{ledger}.keys", "{ledger}", "--not-happened"],
     ["migrate", "{ledger}"],
 ]
 """Each command with arguments that make it print, on a ledger of tests/test_cli.py ({now}:
-the moment it runs, after every event of the ledger)."""
+the moment it runs, after every event of the ledger; ``{ledger}.keys``: its key in doubt,
+as ``doubt --json`` names it)."""
 
 
 def sweep(
@@ -72,6 +74,7 @@ def sweep(
 def ledger(tmp_path: Path) -> Path:
     path = tmp_path / "agent.db"
     make_ledger(path)
+    Path(f"{path}.keys").write_text('{"key": "pay-2", "attempt_id": "dead"}\n')
     return path
 
 

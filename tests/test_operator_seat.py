@@ -424,6 +424,16 @@ CASES: dict[tuple[str, str], tuple[list[str], int, Callable[[str], bool]]] = {
         0,
         lambda out: json.loads(out)["from_state"] == "in_doubt",
     ),
+    ("resolve", "--keys-from"): (
+        ["resolve", "LEDGER", "--keys-from", "DIR/keys.jsonl", "--not-happened"],
+        0,
+        lambda out: out == "lost-1: in_doubt → released\nresolved 1 key as not happened\n",
+    ),
+    ("resolve", "--dry-run"): (
+        ["resolve", "LEDGER", "--keys-from", "DIR/keys.jsonl", "--not-happened", "--dry-run"],
+        0,
+        lambda out: out.startswith("lost-1: in_doubt → released (dry run)\n"),
+    ),
     ("amend", "ledger"): (
         ["amend", "LEDGER", "refund-1", "--result", "9"],
         2,
@@ -565,6 +575,7 @@ def test_each_option_does_what_its_help_says(
     """Each option, in a process of its own, on both backends: its exit code and output."""
     seeded(any_ledger)
     (tmp_path / "probes.py").write_text(PROBES)
+    (tmp_path / "keys.jsonl").write_text('{"key": "lost-1", "attempt_id": "dead"}\n')
     args, code, shows = CASES[case]
     filled = [a.replace("LEDGER", any_ledger).replace("DIR", str(tmp_path)) for a in args]
     result = run(*filled)
