@@ -4,13 +4,15 @@ Run it with ``python3 tasks.py demo`` (or ``python examples/agent_loop.py [DIR]`
 safeact is installed), which leaves the ledger in ``.demo/agent.db`` for the ``safeact``
 command to inspect (given DIR, it is emptied first and kept; without it, a temporary
 folder is used and removed). The orchestrator starts the agent in a child process; the
-agent refunds three customers through a fake bank. During the second refund it kills
+agent refunds four customers through a fake bank. During the second refund it kills
 itself (SIGKILL) after the bank paid but before safeact could record it. The orchestrator
 restarts the agent, which replays the first refund without paying again, learns the second
 is ``InDoubt``, checks the bank with the key as the receipt, resolves the key, and carries
-on.
+on, until it is killed the same way during the fourth refund. The orchestrator gives up
+there: that key is left in doubt for an operator (``safeact doubt DIR/agent.db``).
 """
 
+import argparse
 import json
 import os
 import signal
@@ -27,7 +29,11 @@ TASKS = [
     ("refund-1001", "ada@example.com", 50),
     ("refund-1002", "bob@example.com", 20),
     ("refund-1003", "cy@example.com", 75),
+    ("refund-1004", "dee@example.com", 30),
 ]
+
+CRASHES = ["refund-1002", "refund-1004"]
+"""Where each run of the agent is killed; the orchestrator restarts it once, then gives up."""
 
 
 @attrs.frozen
@@ -97,25 +103,25 @@ def agent(workdir: Path, *, crash_on: str | None) -> None:
 
 
 def orchestrator(keep: Path | None) -> None:
-    """Start the agent, watch it die, start it again: what any orchestrator does."""
+    """Start the agent, watch it die, start it again, give up: what any orchestrator does."""
     if keep is None:
         with tempfile.TemporaryDirectory() as scratch:
             run_agents(Path(scratch))
+        print(f"left in doubt: {CRASHES[-1]}, in a ledger now removed (give DIR to keep it)")
     else:
         for leftover in ("agent.db", "agent.db-wal", "agent.db-shm", "bank.jsonl"):
             (keep / leftover).unlink(missing_ok=True)
         keep.mkdir(parents=True, exist_ok=True)
         run_agents(keep)
+        print(f"left in doubt for you: safeact doubt {shown(keep / 'agent.db')}")
 
 
 def run_agents(workdir: Path) -> None:
-    """Run the agent until it has been through every refund, restarting it once."""
-    print(f"ledger: {workdir / 'agent.db'}")
-    for attempt, crash_on in enumerate(["refund-1002", None], start=1):
+    """Run the agent, and once it is killed, run it again; killed again, it is left so."""
+    print(f"ledger: {shown(workdir / 'agent.db')}")
+    for attempt, crash_on in enumerate(CRASHES, start=1):
         print(f"orchestrator: starting the agent (run {attempt})")
-        command = [sys.executable, "-u", __file__, "--agent", str(workdir)]
-        if crash_on:
-            command += ["--crash-on", crash_on]
+        command = [sys.executable, "-u", __file__, "--agent", str(workdir), "--crash-on", crash_on]
         code = subprocess.run(command, check=False).returncode
         died = " (killed by SIGKILL)" if code == -signal.SIGKILL else ""
         print(f"orchestrator: the agent exited with {code}{died}")
@@ -126,9 +132,58 @@ def run_agents(workdir: Path) -> None:
     )
 
 
-if __name__ == "__main__":
-    if len(sys.argv) > 1 and sys.argv[1] == "--agent":
-        crash = sys.argv[4] if len(sys.argv) > 4 and sys.argv[3] == "--crash-on" else None
-        agent(Path(sys.argv[2]), crash_on=crash)
+def shown(path: Path) -> str:
+    """``path`` as an operator here would type it: relative to this folder if inside it."""
+    full, here = path.resolve(), Path.cwd().resolve()
+    return str(full.relative_to(here)) if full.is_relative_to(here) else str(path)
+
+
+def parse(argv: list[str]) -> argparse.Namespace:
+    """Read the command line; ``--help`` and mistakes exit here, before anything is made."""
+    parser = argparse.ArgumentParser(
+        description=(
+            "A scripted agent refunds four customers through a fake bank, is killed "
+            "(SIGKILL) after a payment and before safeact records it, is restarted, replays "
+            "what it did, resolves the payment in doubt, and is killed again: the last "
+            "refund is left in doubt for `safeact doubt DIR/agent.db`."
+        ),
+    )
+    parser.add_argument(
+        "dir",
+        nargs="?",
+        type=Path,
+        metavar="DIR",
+        help="keep the ledger (DIR/agent.db) and the fake bank here, replacing a previous "
+        "run's (default: a temporary folder, removed at the end)",
+    )
+    parser.add_argument(
+        "--agent",
+        type=Path,
+        metavar="DIR",
+        help="run one agent on the ledger in DIR, as the orchestrator does (for a person "
+        "taking the orchestrator's place)",
+    )
+    parser.add_argument(
+        "--crash-on",
+        metavar="KEY",
+        help="with --agent: kill the agent after the bank pays KEY, before safeact records it",
+    )
+    options = parser.parse_args(argv)
+    if options.agent is not None and options.dir is not None:
+        parser.error("give DIR or --agent DIR, not both")
+    if options.crash_on is not None and options.agent is None:
+        parser.error("--crash-on KEY goes with --agent DIR")
+    return options
+
+
+def main(argv: list[str]) -> None:
+    """Run the orchestrator, or with ``--agent`` one agent."""
+    options = parse(argv)
+    if options.agent is not None:
+        agent(options.agent, crash_on=options.crash_on)
     else:
-        orchestrator(Path(sys.argv[1]) if len(sys.argv) > 1 else None)
+        orchestrator(options.dir)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

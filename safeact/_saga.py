@@ -17,11 +17,12 @@ import inspect
 import logging
 import os
 from collections.abc import Callable, Coroutine, Generator
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, Self, TypeAlias, TypeVar, cast, overload
 
 import safeact._telemetry as telemetry
 from safeact._keys import check_key
-from safeact._open import get_store
+from safeact._open import get_store, names_postgres
 from safeact._outcome import Outcome
 from safeact._saga_run import (
     Begin,
@@ -36,6 +37,7 @@ from safeact._saga_run import (
     SagaRun,
     Undo,
 )
+from safeact._sqlite import SqliteStore
 from safeact._store import Store
 from safeact._tool import AsyncSafeTool, Compensation, SafeTool, safe
 
@@ -80,9 +82,13 @@ class Saga:
     """
 
     def __init__(self, saga_id: str, store: str | os.PathLike[str] | Store) -> None:
-        """Open the ledger and name the saga; nothing is recorded until ``with`` starts."""
+        """Open the ledger and name the saga; nothing is recorded until ``with`` starts.
+
+        A location is opened as ``safe`` opens it (a relative path against the working
+        directory of now), so the saga and tools made with ``safe(location)`` show it alike.
+        """
         self.saga_id = check_key(saga_id, "the saga id")
-        self.store = store if isinstance(store, Store) else get_store(store)
+        self.store = _opened(store)
         self._run = SagaRun(self.saga_id, self.store.location)
         self._tools: dict[object, _Tool] = {}
         self._refusal: BaseException | None = None
@@ -247,7 +253,7 @@ class Saga:
 
     def _tool(self, fn: Callable[..., object]) -> _Tool:
         if isinstance(fn, SafeTool | AsyncSafeTool):
-            if fn.store is not self.store and fn.store.location != self.store.location:
+            if not _same_ledger(fn.store, self.store):
                 raise ValueError(
                     f"{fn.name} keeps its ledger in {fn.store.location}, but saga {self.saga_id!r} "
                     f"keeps its in {self.store.location}: make the tool with safe(saga.store)"
@@ -328,6 +334,41 @@ class Saga:
                 return self.store._stored(key)  # noqa: SLF001 - the tool and its store are one
             case Rebuild(record, replay):
                 return replay(record)
+
+
+def _opened(ledger: str | os.PathLike[str] | Store) -> Store:
+    """The saga's ledger: a store as it is, else opened as ``safe`` opens a location.
+
+    The rule of ``StoreHandle``: a PostgreSQL location as given, a path made absolute against
+    the working directory of now, so the saga's ``location`` reads as its tools' do.
+
+    Raises:
+        StoreError, ValueError: as ``get_store``.
+
+    """
+    if isinstance(ledger, Store):
+        return ledger
+    if isinstance(ledger, str) and names_postgres(ledger):
+        return get_store(ledger)
+    return get_store(Path(ledger).absolute())
+
+
+def _same_ledger(one: Store, other: Store) -> bool:
+    """Whether ``one`` and ``other`` keep one ledger, however each was named.
+
+    The library's notion of a ledger's identity (DESIGN.md, "One ledger, one identity"): a
+    SQLite ledger is its file, device and inode, as the store found it when it opened, so a
+    relative or absolute path, ``./x``, a ``PathLike`` or a symbolic link name one ledger. A
+    PostgreSQL one is compared by its location as shown (``parse_location`` made it, for a
+    tool and a saga alike): its database and its ``search_path``, since two schemas of one
+    database are two ledgers; a DSN spelt otherwise is refused, which loses nothing.
+    """
+    if one is other:
+        return True
+    if isinstance(one, SqliteStore) and isinstance(other, SqliteStore):
+        # The file each opened: a name can be spelt many ways, a file is one.
+        return one._id == other._id  # noqa: SLF001 - stores are compared by what they opened
+    return one.location == other.location
 
 
 def _call_sync(

@@ -1,4 +1,6 @@
+import glob
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -48,6 +50,117 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
         if POSTGRES_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.postgres)
+
+
+class CoverageFiles:
+    """The data files of the processes coverage measures, and which of them were judged.
+
+    A child process measured by coverage (``patch = ["subprocess"]`` in pyproject.toml)
+    writes its data file as it exits, without a journal: one that exits under a small file
+    size limit (``RLIMIT_FSIZE``), or is killed while it writes, leaves the file cut short,
+    and the run ends with ``CoverageWarning: Couldn't use data file ...: database disk image
+    is malformed`` instead of that child's lines.
+    """
+
+    def __init__(self, data_file: Path) -> None:
+        """Watch the files named ``data_file`` (an absolute path) and a suffix."""
+        self._directory = data_file.parent
+        self._prefix = f"{data_file.name}."
+        self._judged: set[str] = set()
+
+    def unreadable(self) -> dict[str, str]:
+        """The files not judged yet whose writer has ended, that coverage cannot read, and why.
+
+        A file whose writer still runs may be half written: it is judged at a later look.
+        """
+        from coverage import CoverageData
+        from coverage.exceptions import CoverageException
+
+        found: dict[str, str] = {}
+        for path in sorted(self._directory.glob(f"{glob.escape(self._prefix)}*")):
+            writer = re.search(r"\.pid(\d+)\.", path.name)
+            if (
+                path.name in self._judged
+                or path.name.endswith("-journal")
+                or (writer is not None and _alive(int(writer[1])))
+            ):
+                continue
+            self._judged.add(path.name)
+            try:
+                CoverageData(str(path), read_only=True).read()
+            except CoverageException as exc:
+                if path.exists():  # not renamed away by its writer as it finished
+                    found[path.name] = str(exc)
+        return found
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+MEASURED = pytest.StashKey[CoverageFiles]()
+"""The data files of this run's measured children, kept by the process that runs pytest."""
+
+UNREADABLE = (
+    "a child process measured by coverage left a data file coverage cannot read: it exited "
+    "under a small file size limit, or was killed while writing the file as it exited; give "
+    "it that limit, or that kill, for the work under test only"
+)
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Note where coverage keeps its data, if this run measures child processes.
+
+    In the process that runs pytest, not in xdist's workers: it alone sees every file once the
+    workers are done. Read before any test changes the working directory.
+    """
+    if os.environ.get("PYTEST_XDIST_WORKER") or "coverage" not in sys.modules:
+        return
+    from coverage import Coverage
+
+    measuring = Coverage.current()
+    patches = None if measuring is None else measuring.get_option("run:patch")
+    if measuring is not None and isinstance(patches, list) and "subprocess" in patches:
+        data_file = Path(str(measuring.get_option("run:data_file"))).absolute()
+        session.config.stash[MEASURED] = CoverageFiles(data_file)
+
+
+@pytest.fixture(autouse=True)
+def children_leave_whole_coverage_data(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Fail a test whose child processes left coverage data that coverage cannot read.
+
+    Only where tests run in the process that runs pytest; under xdist, whose workers would
+    each see the other's files, ``pytest_sessionfinish`` reports such files instead.
+    """
+    yield
+    measured = request.config.stash.get(MEASURED, None)
+    unreadable = {} if measured is None else measured.unreadable()
+    if unreadable:
+        pytest.fail(f"{UNREADABLE}: {_listed(unreadable)}", pytrace=False)
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Fail the run if a measured child left coverage data no test was blamed for (xdist)."""
+    measured = session.config.stash.get(MEASURED, None)
+    unreadable = {} if measured is None else measured.unreadable()
+    if unreadable:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is not None:
+            reporter.write_sep("=", "unreadable coverage data", red=True)
+            reporter.write_line(
+                f"{UNREADABLE} (run the tests without -n to see which): {_listed(unreadable)}"
+            )
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+def _listed(unreadable: dict[str, str]) -> str:
+    return "; ".join(f"{name}: {why}" for name, why in sorted(unreadable.items()))
 
 
 @pytest.fixture

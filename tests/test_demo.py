@@ -1,8 +1,11 @@
 """The README's demo runs, crashes itself, and still pays each customer exactly once."""
 
+import json
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from safeact import State, Why, get_store
 
@@ -17,9 +20,13 @@ def test_demo_crashes_resolves_and_pays_each_refund_once() -> None:
     lines = result.stdout.splitlines()
     assert "orchestrator: the agent exited with -9 (killed by SIGKILL)" in lines
     assert any("refund-1002: IN DOUBT (crashed)" in line for line in lines)
-    assert lines[-1] == (
-        "bank: 3 payments for 3 keys: refund-1001 $50, refund-1002 $20, refund-1003 $75"
-    )
+    assert lines[-2:] == [
+        (
+            "bank: 4 payments for 4 keys: "
+            "refund-1001 $50, refund-1002 $20, refund-1003 $75, refund-1004 $30"
+        ),
+        "left in doubt: refund-1004, in a ledger now removed (give DIR to keep it)",
+    ]
 
 
 def test_demo_keeps_its_ledger_for_the_operator(tmp_path: Path) -> None:
@@ -28,12 +35,75 @@ def test_demo_keeps_its_ledger_for_the_operator(tmp_path: Path) -> None:
         [sys.executable, str(DEMO), str(tmp_path)], capture_output=True, check=True, timeout=120
     )
     with get_store(tmp_path / "agent.db") as store:
-        assert [record.state for record in store.records()] == [State.SUCCEEDED] * 3
+        assert [record.state for record in store.records()] == [State.SUCCEEDED] * 3 + [
+            State.IN_DOUBT
+        ]
         assert [event.why for event in store.history("refund-1002")] == [
             Why.CLAIMED,
             Why.CRASHED,
             Why.RESOLVED,
         ]
+
+
+def test_demo_leaves_its_last_refund_in_doubt_for_safeact_doubt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The demo's last line is the command, as typed here, that shows the key it left in doubt.
+
+    ``tasks.py demo`` gives the folder as an absolute path inside the working directory.
+    """
+    monkeypatch.chdir(tmp_path)
+    result = subprocess.run(
+        [sys.executable, str(DEMO), str(tmp_path / "demo")],
+        capture_output=True,
+        text=True,
+        check=True,
+        timeout=120,
+    )
+    assert result.stdout.splitlines()[-1] == "left in doubt for you: safeact doubt demo/agent.db"
+    doubt = subprocess.run(
+        [sys.executable, "-m", "safeact", "doubt", "demo/agent.db", "--json"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+    )
+    assert (doubt.returncode, [json.loads(line)["key"] for line in doubt.stdout.splitlines()]) == (
+        1,
+        ["refund-1004"],
+    )
+
+
+def test_demo_help_prints_its_usage_and_runs_nothing(tmp_path: Path) -> None:
+    """``--help`` says what the demo does and what DIR is, exits 0 and creates nothing."""
+    result = subprocess.run(
+        [sys.executable, str(DEMO), "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert (result.returncode, result.stdout.splitlines()[0], list(tmp_path.iterdir())) == (
+        0,
+        "usage: agent_loop.py [-h] [--agent DIR] [--crash-on KEY] [DIR]",
+        [],
+    )
+    assert "left in doubt for `safeact doubt DIR/agent.db`" in " ".join(result.stdout.split())
+
+
+def test_demo_refuses_an_unknown_option_and_creates_nothing(tmp_path: Path) -> None:
+    """An option the demo does not know is a usage error (exit 2); nothing runs or is made."""
+    result = subprocess.run(
+        [sys.executable, str(DEMO), "--verbose"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert (result.returncode, result.stdout, list(tmp_path.iterdir())) == (2, "", [])
+    assert "unrecognized arguments: --verbose" in result.stderr
 
 
 REFUND = DEMO.with_name("refund_agent.py")

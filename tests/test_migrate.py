@@ -375,11 +375,15 @@ from safeact._schema import migrate
 
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails instead (EFBIG)
 limit = int(sys.argv[2])
-resource.setrlimit(resource.RLIMIT_FSIZE, (limit, limit))
+unlimited = resource.getrlimit(resource.RLIMIT_FSIZE)
+# The migration's files only: coverage writes this process's data file as it exits.
+resource.setrlimit(resource.RLIMIT_FSIZE, (limit, unlimited[1]))
 try:
     migrate(Path(sys.argv[1]))
 except StoreError as exc:
     print(exc)
+finally:
+    resource.setrlimit(resource.RLIMIT_FSIZE, unlimited)
 """
 """Migrate in a process whose files may not grow past a limit, as on a disk that fills up."""
 

@@ -24,6 +24,7 @@ from safeact import (
     safe,
 )
 from safeact._protocol import Checkpoint, checkpoint_hook
+from tests.conftest import new_postgres_schema
 
 
 class Bank:
@@ -292,6 +293,60 @@ def test_tool_of_another_store_on_the_same_ledger_is_accepted(any_ledger: str) -
         with Saga("s", sagas) as saga:
             value = saga.step(double, 2)
     assert value == 4
+
+
+SPELLINGS = ["relative", "dot-relative", "absolute", "pathlike", "through ..", "symlink"]
+
+
+def spelt(spelling: str, here: Path) -> str | Path:
+    """The ledger ``agent.db`` in the working directory ``here``, named as ``spelling`` says."""
+    names: dict[str, str | Path] = {
+        "relative": "agent.db",
+        "dot-relative": "./agent.db",
+        "absolute": str(here / "agent.db"),
+        "pathlike": Path("agent.db"),
+        "through ..": "sub/../agent.db",
+        "symlink": "link.db",
+    }
+    return names[spelling]
+
+
+@pytest.mark.parametrize("tool_spelling", SPELLINGS)
+@pytest.mark.parametrize("saga_spelling", ["relative", "pathlike"])
+def test_saga_and_its_tools_agree_on_a_ledger_however_it_is_spelt(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, tool_spelling: str, saga_spelling: str
+) -> None:
+    """A tool and a saga given one ledger file under any two names run as one ledger."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "sub").mkdir()
+    get_store("agent.db").close()
+    (tmp_path / "link.db").symlink_to(tmp_path / "agent.db")
+
+    @safe(spelt(tool_spelling, tmp_path), name="double")
+    def double(key: str, n: int) -> int:
+        return 2 * n
+
+    with Saga("saga-1", spelt(saga_spelling, tmp_path)) as saga:
+        value = saga.step(double, 2)
+    assert value == 4
+    double.store.close()
+    saga.store.close()
+
+
+def test_tool_on_another_schema_of_the_sagas_database_is_refused(postgres_ledger: str) -> None:
+    """On PostgreSQL, a tool whose ledger is another schema of the saga's database is refused."""
+    other, drop = new_postgres_schema()
+    try:
+        with get_store(other) as tools, get_store(postgres_ledger) as sagas:
+
+            @safe(tools, name="act")
+            def act(key: str) -> int:
+                return 1
+
+            with pytest.raises(ValueError, match="make the tool with safe"), Saga("s", sagas) as s:
+                s.step(act)
+    finally:
+        drop()
 
 
 def test_saga_id_must_be_a_non_empty_string(store: Store) -> None:

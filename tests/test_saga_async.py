@@ -5,6 +5,7 @@ import contextlib
 import logging
 import threading
 from collections.abc import Callable, Coroutine
+from pathlib import Path
 from typing import Any, cast
 
 import pytest
@@ -258,3 +259,21 @@ def test_an_async_step_opens_a_tools_ledger_off_its_event_loop(
     assert [line.split()[0] for line in backends.log] == ["charge"]
     assert len(opened_on) == 1
     assert opened_on != loop_thread
+
+
+def test_async_saga_and_its_tools_on_one_relative_path_share_the_ledger(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An async saga and its async tool, both given the ledger as a relative path, run as one."""
+    monkeypatch.chdir(tmp_path)
+    backends = Backends()
+    charge = safe("agent.db")(backends.charge)
+
+    async def run() -> tuple[int, Saga]:
+        async with Saga("saga-1", "agent.db") as saga:
+            return await saga.step(charge, 500), saga
+
+    value, saga = asyncio.run(run())
+    assert value == 500
+    charge.store.close()
+    saga.store.close()
