@@ -240,7 +240,9 @@ def test_the_transcript_is_what_the_commands_print(
         status = 0
         for command, expected in commands(block):
             # Each command runs in a bash of its own, told the last one's exit status, so
-            # that a transcript's `echo $?` prints what it would in one shell.
+            # that a transcript's `echo $?` prints what it would in one shell; and in a
+            # session of its own, as a terminal's shell puts each command in a process group
+            # of its own (a process of a dead owner's group may be its child, still acting).
             completed = subprocess.run(
                 ["bash", "-c", f"(exit {status}); {command}"],
                 cwd=tmp_path,
@@ -250,6 +252,7 @@ def test_the_transcript_is_what_the_commands_print(
                 text=True,
                 timeout=180,
                 check=False,
+                start_new_session=True,
             )
             # A command killed by a signal: a shell's $? says 128 + its number.
             code = completed.returncode
