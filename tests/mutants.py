@@ -775,6 +775,50 @@ MUTANTS = [
         ],
         ["tests/test_liveness.py"],
     ),
+    Mutant(
+        "resolve a reviewed key at whatever attempt holds it now",
+        [
+            Edit(
+                "safeact/_cli_batch.py",
+                "                attempt_id=record.attempt_id,\n",
+                "                attempt_id=None,\n",
+            )
+        ],
+        ["tests/test_cli_batch.py"],
+    ),
+    Mutant(
+        "apply a reviewed set whose check refused an item",
+        [
+            Edit(
+                "safeact/_cli.py",
+                "    if refused is not None or options.dry_run:\n",
+                "    if options.dry_run:\n",
+            )
+        ],
+        ["tests/test_cli_batch.py"],
+    ),
+    Mutant(
+        "tell a saga's ledger from its tools' by how its path is spelt",
+        [
+            Edit(
+                "safeact/_saga.py",
+                "        return one._id == other._id  # noqa: SLF001",
+                "        return one.location == other.location  # noqa: SLF001",
+            )
+        ],
+        ["tests/test_saga.py"],
+    ),
+    Mutant(
+        "report nothing for a healthy ledger's tools",
+        [
+            Edit(
+                "safeact/otel.py",
+                "        counts = dict.fromkeys({*known, *_seen.get(store, ())}, 0)",
+                "        counts: dict[str, int] = {}",
+            )
+        ],
+        ["tests/test_telemetry.py"],
+    ),
 ]
 
 
