@@ -37,6 +37,7 @@ from safeact._cli_batch import (
     Verdict,
     apply_items,
     check_items,
+    is_utf8,
     read_items,
     refusal_summary,
     summary,
@@ -390,19 +391,10 @@ def utf8_text(refusal: str) -> Callable[[str], str]:
 
 def _check_utf8(value: str, refusal: str) -> None:
     """Refuse ``value`` unless it is valid UTF-8, saying ``refusal`` (what follows from it)."""
-    if not _is_utf8(value):
+    if not is_utf8(value):
         raise argparse.ArgumentTypeError(
             f"{echoed(_as_typed(value))} is not valid UTF-8, {refusal}"
         )
-
-
-def _is_utf8(value: str) -> bool:
-    """Whether ``value`` is text UTF-8 can encode: argv's undecodable bytes are not."""
-    try:
-        value.encode()
-    except UnicodeEncodeError:
-        return False
-    return True
 
 
 def _as_typed(value: str) -> bytes:
@@ -497,7 +489,7 @@ def _names_postgres(location: str) -> bool:
         postgres = names_postgres(location)
     except ValueError as exc:
         raise _UsageError(str(exc)) from None
-    if postgres and not _is_utf8(location):
+    if postgres and not is_utf8(location):
         raise _UsageError(
             "the PostgreSQL connection string is not valid UTF-8 (not shown: it may hold a "
             "password); give it as UTF-8 text"
@@ -704,7 +696,7 @@ def _source(source: str) -> str:
     """``--keys-from``'s value as an error names it: standard input, or the file."""
     if source == "-":
         return "- (standard input)"
-    return echoed(source if _is_utf8(source) else _as_typed(source))
+    return echoed(source if is_utf8(source) else _as_typed(source))
 
 
 def _reviewed(source: str) -> str:

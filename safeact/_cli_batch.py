@@ -45,6 +45,7 @@ __all__ = [
     "Verdict",
     "apply_items",
     "check_items",
+    "is_utf8",
     "read_items",
     "refusal_summary",
     "summary",
@@ -186,8 +187,8 @@ def _item(number: int, line: int, value: object) -> Item:  # noqa: PLR0911 - one
         )
     key = value.get("key")
     attempt = value.get("attempt_id")
-    named = key if isinstance(key, str) and key and _is_utf8(key) else None
-    reviewed = attempt if isinstance(attempt, str) and _is_utf8(attempt) else None
+    named = key if isinstance(key, str) and key and is_utf8(key) else None
+    reviewed = attempt if isinstance(attempt, str) and is_utf8(attempt) else None
     item = Item(number, line, named, reviewed)
     if "corrupt" in value:
         problem = (
@@ -242,8 +243,8 @@ def _members(names: Sequence[str]) -> str:
     return f"member{'s' * (len(names) != 1)} {shown}{more}"
 
 
-def _is_utf8(text: str) -> bool:
-    """Whether ``text`` can be stored (a JSON escape can make a lone surrogate)."""
+def is_utf8(text: str) -> bool:
+    """Whether ``text`` is UTF-8 text: not argv's undecodable bytes, nor a lone surrogate."""
     try:
         text.encode()
     except UnicodeEncodeError:

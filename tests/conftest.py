@@ -12,6 +12,7 @@ import pytest
 from hypothesis import settings
 
 from safeact import Store, get_store
+from safeact._owner import _no_such_process
 
 if "MUTANT_UNDER_TEST" in os.environ:
     # mutmut calls every mutated function through two frames of its own (its trampoline), so
@@ -82,7 +83,7 @@ class CoverageFiles:
             if (
                 path.name in self._judged
                 or path.name.endswith("-journal")
-                or (writer is not None and _alive(int(writer[1])))
+                or (writer is not None and not _no_such_process(int(writer[1])))
             ):
                 continue
             self._judged.add(path.name)
@@ -92,16 +93,6 @@ class CoverageFiles:
                 if path.exists():  # not renamed away by its writer as it finished
                     found[path.name] = str(exc)
         return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
 
 
 MEASURED = pytest.StashKey[CoverageFiles]()
