@@ -131,9 +131,10 @@ def dev_python() -> Path:
     return venv(VENV, "--editable", f"{ROOT}[dev]")
 
 
-MCP1_NEEDS = ("pytest", "pytest-cov", "coverage", "hypothesis")
+MCP1_NEEDS = ("pytest", "pytest-cov", "pytest-xdist", "coverage", "hypothesis")
 """What tests/test_mcp.py needs beside safeact[mcp], at the dev pins: its run on mcp 1.x
-installs these and no other development tool."""
+installs these and no other development tool (pytest-xdist, so that `tasks.py test -n N`,
+passed to both runs, works on both)."""
 
 
 def mcp1_python() -> Path:

@@ -31,7 +31,7 @@ from safeact._protocol import (
     check_resolvable,
     release_refusal,
 )
-from safeact.exceptions import CorruptRecordError, NotProvenError, SafeError
+from safeact.exceptions import CorruptRecordError, NotProvenError, SafeError, StoreError
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -350,11 +350,17 @@ def apply_items(store: Store, verdicts: Iterable[Verdict], decision: Decision) -
     Each decision is the one a single ``resolve`` makes (``Store._decide``: the same history
     event, by the operator, with the note), pinned to the attempt and tool the check read:
     a key resolved, released or claimed again since is refused (``refused_at="apply"``)
-    and left as it is, and the next key is still resolved.
+    and left as it is, and the next key is still resolved. A verdict the check refused is
+    passed on as it is, never applied.
+
+    Raises:
+        StoreError: the ledger failed; the keys before were resolved, none after is tried.
+
     """
     for verdict in verdicts:
         record = verdict.before
-        if record is None:  # pragma: no cover - only checked verdicts are applied
+        if verdict.status != "checked" or record is None:
+            yield verdict
             continue
         try:
             after = store._decide(  # noqa: SLF001 - the command line is the operator's seat
@@ -367,6 +373,8 @@ def apply_items(store: Store, verdicts: Iterable[Verdict], decision: Decision) -
                 note=decision.note,
                 force=decision.force,
             )
+        except StoreError:
+            raise  # the ledger, not the key: the operator's one-line error, exit 2
         except (SafeError, ValueError, TypeError) as exc:
             yield attrs.evolve(verdict, status="refused", reason=str(exc), refused_at="apply")
         else:

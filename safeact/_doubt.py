@@ -33,3 +33,9 @@ class DoubtReason(enum.Enum):
     """The owner's liveness session on the database ended: it crashed, or was cut off."""
     FAILURE_NOT_STORED = "failure_not_stored"
     """The action raised, but its failure could not be stored."""
+
+
+# Named where it was first defined, and is still imported from: a name is part of what
+# outlives the process (a pickled InDoubtError in a durable engine's store, an argument's
+# digest, a tool's result description), and a move inside the package must not change it.
+DoubtReason.__module__ = "safeact._protocol"

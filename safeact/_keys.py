@@ -22,8 +22,6 @@ from typing import TYPE_CHECKING, Annotated, Any, TypeAlias, final
 
 import attrs
 
-from safeact._doubt import DoubtReason
-
 if TYPE_CHECKING:
     from collections.abc import Callable
     from types import ModuleType
@@ -758,11 +756,9 @@ _PUBLIC_NAMES: dict[type, list[JSON]] = {
             pathlib.WindowsPath,
         )
     },
-    DoubtReason: ["safeact._protocol", "DoubtReason"],
 }
 """Classes named by the module they are imported from, not the one that defines them:
-Python 3.13 moved pathlib's to ``pathlib._local``, and safeact moved ``DoubtReason`` from
-``_protocol`` to ``_doubt``; either would move their digests."""
+Python 3.13 moved pathlib's to ``pathlib._local``, which would move their digests."""
 
 
 def class_name(cls: type) -> list[JSON]:

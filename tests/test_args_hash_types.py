@@ -24,6 +24,7 @@ import inspect
 import io
 import math
 import pathlib
+import pickle
 import subprocess
 import sys
 import types
@@ -662,6 +663,14 @@ def test_a_doubt_reasons_digest_is_not_the_module_safeact_defines_it_in() -> Non
     # As safeact computed it while DoubtReason was defined in safeact._protocol.
     before = "97c537f4ff9bb2bccac02d5af94ae48381af49935641bdbd50a4e6bccf2b9366"
     assert digest(DoubtReason.CRASHED) == before
+
+
+def test_a_doubt_reason_pickles_under_the_module_it_was_first_defined_in() -> None:
+    """A pickled reason (in an InDoubtError a durable engine stored) names safeact._protocol."""
+    pickled = pickle.dumps(DoubtReason.CRASHED)
+    assert b"safeact._protocol" in pickled
+    assert b"safeact._doubt" not in pickled
+    assert pickle.loads(pickled) is DoubtReason.CRASHED  # noqa: S301 - our own bytes
 
 
 # The property: equal in type and content exactly when one digest.

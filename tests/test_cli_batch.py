@@ -10,9 +10,9 @@ from typing import Any
 import attrs
 import pytest
 
-from safeact import Record, State, Store, get_store, safe
+from safeact import Record, State, Store, StoreError, get_store, safe
 from safeact._cli import main
-from safeact._cli_batch import Verdict, check_items
+from safeact._cli_batch import Decision, Verdict, apply_items, check_items, read_items
 from safeact._cli_json import SCHEMAS
 from safeact._history import Event
 from tests.actions import bury_owners, expire_leases
@@ -343,6 +343,52 @@ def test_a_key_that_changed_after_the_check_is_reported_and_left_as_it_is(
         assert [store._stored("pay-3")] == left
         notes = [e.note for e in store.history("pay-3") if e.by == "operator"]
     assert notes == ["the other operator"]
+
+
+def test_a_key_running_under_a_live_owner_refuses_the_set(doubts: Path) -> None:
+    """A key this process is acting on is running, not in doubt: the set is refused whole."""
+    with get_store(doubts) as store:
+        store._claim("pay-9", "pay", "h", attempt_id="live", previous=None)  # owner: this test
+    before = ledger_now(doubts)
+    result = run("resolve", doubts, "--keys-from", "-", "--not-happened", stdin=lines_of(["pay-9"]))
+    assert result.returncode == 2
+    assert "its action is running right now" in result.stdout
+    assert ledger_now(doubts) == before
+
+
+def test_a_refused_verdict_is_passed_on_never_applied(doubts: Path) -> None:
+    """apply_items gives back a verdict the check refused, and the key stays as it was."""
+    with get_store(doubts) as store:
+        items = read_items(lines_of(["pay-2"]))
+        decision = Decision(happened=False)
+        (checked,) = check_items(store, items, decision, lambda _: (None, None))
+        refused = attrs.evolve(checked, status="refused", reason="the operator's review")
+        assert list(apply_items(store, [refused], decision)) == [refused]
+        assert store.get("pay-2") == checked.before
+
+
+def test_a_ledger_that_fails_stops_the_set_after_the_keys_resolved(
+    doubts: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A ledger error is no key's change: the keys before stay resolved, none after is tried."""
+    tried: list[str] = []
+    decide = Store._decide
+
+    def failing_after_the_first(store: Store, key: str, **kwargs: Any) -> Record:
+        tried.append(key)
+        if len(tried) > 1:
+            raise StoreError("disk I/O error")
+        return decide(store, key, **kwargs)
+
+    monkeypatch.setattr(Store, "_decide", failing_after_the_first)
+    reviewed = doubts.parent / "reviewed.jsonl"
+    reviewed.write_text(lines_of(DOUBTS))
+    code = main(["resolve", str(doubts), "--keys-from", str(reviewed), "--not-happened"])
+    captured = capsys.readouterr()
+    assert code == 2
+    assert tried == ["pay-2", "pay-3"]
+    assert captured.out.splitlines() == ["pay-2: in_doubt → released"]
+    assert "disk I/O error" in captured.err
 
 
 # The command line itself.

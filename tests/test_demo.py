@@ -128,7 +128,7 @@ LANGGRAPH = DEMO.with_name("langgraph_agent.py")
 
 
 def test_langgraph_example_pauses_in_doubt_and_pays_once() -> None:
-    """The README's LangGraph agent is killed after paying, pauses on resume, and pays once."""
+    """The documented LangGraph agent is killed after paying, pauses on resume, and pays once."""
     result = subprocess.run(
         [sys.executable, str(LANGGRAPH)], capture_output=True, text=True, check=True, timeout=180
     )
@@ -145,7 +145,7 @@ MCP = DEMO.with_name("mcp_help_desk.py")
 
 
 def test_mcp_example_opens_one_ticket_per_key() -> None:
-    """The README's MCP host retries under one key, gets the replay, and one ticket is opened."""
+    """The documented MCP host retries under one key, gets the replay, and one ticket is opened."""
     result = subprocess.run(
         [sys.executable, str(MCP)], capture_output=True, text=True, check=True, timeout=120
     )

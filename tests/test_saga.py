@@ -333,6 +333,18 @@ def test_saga_and_its_tools_agree_on_a_ledger_however_it_is_spelt(
     saga.store.close()
 
 
+@pytest.mark.parametrize("saga_spelling", ["relative", "pathlike"])
+def test_a_sagas_ledger_location_is_absolute_as_its_tools_is(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, saga_spelling: str
+) -> None:
+    """A saga made on a relative path keeps it made absolute, as a tool on it does."""
+    monkeypatch.chdir(tmp_path)
+    with Saga("saga-1", spelt(saga_spelling, tmp_path)) as saga:
+        location = saga.store.location
+    saga.store.close()
+    assert location == str(tmp_path / "agent.db")
+
+
 def test_tool_on_another_schema_of_the_sagas_database_is_refused(postgres_ledger: str) -> None:
     """On PostgreSQL, a tool whose ledger is another schema of the saga's database is refused."""
     other, drop = new_postgres_schema()
