@@ -10,6 +10,7 @@ payment service, learns nothing was reversed, releases the key, and a third run 
 the charge. Every back end prints what it does, so you can count.
 """
 
+import argparse
 import json
 import os
 import signal
@@ -116,9 +117,36 @@ def main() -> None:
         )
 
 
+def parse(argv: list[str]) -> argparse.Namespace:
+    """Read the command line; ``--help`` and mistakes exit here, before anything is made."""
+    parser = argparse.ArgumentParser(
+        description=(
+            "A refund saga whose last step fails: it rolls back, the agent is killed "
+            "(SIGKILL) inside the rollback, and two more runs finish it, each back end "
+            "acting once per key."
+        ),
+    )
+    parser.add_argument(
+        "--agent",
+        type=Path,
+        metavar="DIR",
+        help="run one agent on the ledger in DIR, as the three runs do (for a person "
+        "taking the orchestrator's place)",
+    )
+    parser.add_argument(
+        "--crash",
+        action="store_true",
+        help="with --agent: kill the agent inside the charge's reversal",
+    )
+    options = parser.parse_args(argv)
+    if options.crash and options.agent is None:
+        parser.error("--crash goes with --agent DIR")
+    return options
+
+
 if __name__ == "__main__":
-    if len(sys.argv) > 2 and sys.argv[1] == "--agent":
-        folder = Path(sys.argv[2])
-        refund(folder, Backends(folder, crash_in_reversal="--crash" in sys.argv))
+    options = parse(sys.argv[1:])
+    if options.agent is not None:
+        refund(options.agent, Backends(options.agent, crash_in_reversal=options.crash))
     else:
         main()

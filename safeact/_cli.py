@@ -148,7 +148,8 @@ class _Parser(argparse.ArgumentParser):
             self._inner = False
         given = (parsed.key is not None, getattr(parsed, self.key_or) is not None)
         if given == (False, False):
-            self.error(_REQUIRED + "KEY")  # as for a required KEY: the hint about '-' follows
+            # As for a required KEY, so that the hint about a KEY starting with '-' follows.
+            self.error(f"{_REQUIRED}KEY, or --{self.key_or.replace('_', '-')} FILE")
         if given == (True, True):
             option = f"--{self.key_or.replace('_', '-')}"
             self.error(f"argument {option}: not allowed with argument KEY: give one or the other")

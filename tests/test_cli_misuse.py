@@ -240,10 +240,21 @@ def test_a_key_starting_with_a_dash_gets_the_hint_to_put_it_after_dashes(
 ) -> None:
     """A KEY like -dash, taken for an option, gets the hint to put it after --."""
     result = run(*(str(ledger) if word == "{ledger}" else word for word in words))
+    required = "KEY, or --keys-from FILE" if words[0] == "resolve" else "KEY"
     assert_refused(
         result,
-        "the following arguments are required: KEY; a KEY that starts with '-' goes last, "
-        f"after `--` (which ends the options): safeact {words[0]} LEDGER [OPTIONS] -- -dash",
+        f"the following arguments are required: {required}; a KEY that starts with '-' goes "
+        f"last, after `--` (which ends the options): safeact {words[0]} LEDGER [OPTIONS] -- -dash",
+    )
+
+
+def test_resolve_without_a_key_names_both_ways_to_give_keys(ledger: Path) -> None:
+    """`resolve LEDGER --not-happened` says a KEY or a reviewed set (--keys-from) is needed."""
+    result = run("resolve", ledger, "--not-happened")
+    assert_refused(result)
+    assert result.stderr == (
+        "safeact: error: the following arguments are required: KEY, or --keys-from FILE "
+        "(see `safeact resolve --help`)\n"
     )
 
 

@@ -109,6 +109,23 @@ def test_demo_refuses_an_unknown_option_and_creates_nothing(tmp_path: Path) -> N
 REFUND = DEMO.with_name("refund_agent.py")
 
 
+def test_refund_demo_help_prints_its_usage_and_runs_nothing(tmp_path: Path) -> None:
+    """The saga demo's ``--help`` says what it does and exits 0 without running a saga."""
+    result = subprocess.run(
+        [sys.executable, str(REFUND), "--help"],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=60,
+        cwd=tmp_path,
+    )
+    assert (result.returncode, result.stdout.splitlines()[0]) == (
+        0,
+        "usage: refund_agent.py [-h] [--agent DIR] [--crash]",
+    )
+    assert "run 1:" not in result.stdout
+
+
 def test_refund_demo_rolls_back_across_a_crash_once_per_key() -> None:
     """The saga demo dies mid-rollback, resumes, resolves, and every back end acts once."""
     result = subprocess.run(
