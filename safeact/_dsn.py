@@ -91,8 +91,8 @@ def parse_location(location: str) -> PostgresLocation | None:
     ``./host=…``.
 
     Raises:
-        ValueError: ``location`` is a URL of another kind (``sqlite:///``, ``file:``,
-            ``mysql://``...), or a PostgreSQL location that libpq would refuse or read
+        ValueError: ``location`` is SQLite's ``:memory:`` (a ledger is a file), a URL of
+            another kind (``sqlite:///``, ``file:``, ``mysql://``...), or a PostgreSQL location that libpq would refuse or read
             otherwise than meant: a word without ``=`` or a quote left open among keyword
             pairs; in a URL, a ``%`` not starting a ``%XX`` escape, an ``@`` other than the
             one after the password, or a ``/`` or ``?`` before that one. One line, the
@@ -100,6 +100,14 @@ def parse_location(location: str) -> PostgresLocation | None:
 
     """
     text = location.strip(_SPACE)
+    if text == ":memory:":
+        # SQLite's name for a database that dies with its connection; here it would be a
+        # file named ":memory:", and a test's "fresh" ledger would replay the last run's.
+        raise ValueError(
+            "':memory:' is not an in-memory ledger here: safeact keeps a ledger in a file, "
+            "where a crash cannot take it, and would make a file named ':memory:'; for a "
+            "test, give each test a file of its own (pytest: tmp_path / 'ledger.db')"
+        )
     scheme = _URL.match(text) or _OPAQUE.match(text)
     if scheme is not None:
         name, rest = scheme.group().lower(), text[scheme.end() :]

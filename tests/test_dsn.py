@@ -581,3 +581,29 @@ def test_a_failed_migration_says_no_password_the_server_quotes() -> None:
     )
     assert "S3cr3t" not in str(failed)
     assert 'permission denied for role "***"' in str(failed)
+
+
+MEMORY_REFUSED = "':memory:' is not an in-memory ledger here"
+
+
+@pytest.mark.parametrize(
+    "open_it",
+    [lambda: safe(":memory:")(pay), lambda: get_store(":memory:"), lambda: get_store(" :memory:")],
+    ids=["safe", "get_store", "get_store with spaces"],
+)
+def test_sqlites_memory_name_is_refused_and_no_file_is_made(
+    open_it: Callable[[], object], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``":memory:"`` is refused, pointing at a file per test, not made a file of that name."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=re.escape(MEMORY_REFUSED)):
+        open_it()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_the_command_line_refuses_sqlites_memory_name(tmp_path: Path) -> None:
+    """``safeact ls :memory:`` is a usage error (exit 2) saying why, and makes no file."""
+    result = run("ls", ":memory:", cwd=tmp_path)
+    assert result.returncode == 2
+    assert MEMORY_REFUSED in result.stderr
+    assert list(tmp_path.iterdir()) == []
