@@ -92,11 +92,11 @@ def parse_location(location: str) -> PostgresLocation | None:
 
     Raises:
         ValueError: ``location`` is SQLite's ``:memory:`` (a ledger is a file), a URL of
-            another kind (``sqlite:///``, ``file:``, ``mysql://``...), or a PostgreSQL location that libpq would refuse or read
-            otherwise than meant: a word without ``=`` or a quote left open among keyword
-            pairs; in a URL, a ``%`` not starting a ``%XX`` escape, an ``@`` other than the
-            one after the password, or a ``/`` or ``?`` before that one. One line, the
-            location masked, saying what to write.
+            another kind (``sqlite:///``, ``file:``, ``mysql://``...), or a PostgreSQL
+            location that libpq would refuse or read otherwise than meant: a word without
+            ``=`` or a quote left open among keyword pairs; in a URL, a ``%`` not starting
+            a ``%XX`` escape, an ``@`` other than the one after the password, or a ``/`` or
+            ``?`` before that one. One line, the location masked, saying what to write.
 
     """
     text = location.strip(_SPACE)
