@@ -106,7 +106,7 @@ def parse_location(location: str) -> PostgresLocation | None:
         raise ValueError(
             "':memory:' is not an in-memory ledger here: safeact keeps a ledger in a file, "
             "where a crash cannot take it, and would make a file named ':memory:'; for a "
-            "test, give each test a file of its own (pytest: tmp_path / 'ledger.db')"
+            "test, give each test a ledger of its own (pytest: the ledger fixture)"
         )
     scheme = _URL.match(text) or _OPAQUE.match(text)
     if scheme is not None:
