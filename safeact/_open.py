@@ -14,7 +14,7 @@ from safeact._ledger import LEASE
 from safeact._sqlite import SqliteStore
 from safeact._store import Store
 
-__all__ = ["StoreHandle", "get_store", "names_postgres"]
+__all__ = ["StoreHandle", "get_store", "located", "names_postgres"]
 
 
 def names_postgres(location: str) -> bool:
@@ -111,7 +111,7 @@ class StoreHandle:
             self._where = self.location = ledger.location
         else:
             self._store = None
-            self.location, self._where = _located(ledger)
+            self.location, self._where = located(ledger)
 
     def open(self) -> Store:
         """The store, opened now if this is its first use.
@@ -142,7 +142,7 @@ class StoreHandle:
         return repr(store) if store is not None else f"<ledger {self.location}, not opened yet>"
 
 
-def _located(ledger: str | os.PathLike[str]) -> tuple[str, str | Path]:
+def located(ledger: str | os.PathLike[str]) -> tuple[str, str | Path]:
     """Where ``ledger`` is: as its store will show it (without a password), and to open.
 
     Raises:

@@ -17,12 +17,11 @@ import inspect
 import logging
 import os
 from collections.abc import Callable, Coroutine, Generator
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Concatenate, Self, TypeAlias, TypeVar, cast, overload
 
 import safeact._telemetry as telemetry
 from safeact._keys import check_key
-from safeact._open import get_store, names_postgres
+from safeact._open import get_store, located
 from safeact._outcome import Outcome
 from safeact._saga_run import (
     Begin,
@@ -339,18 +338,18 @@ class Saga:
 def _opened(ledger: str | os.PathLike[str] | Store) -> Store:
     """The saga's ledger: a store as it is, else opened as ``safe`` opens a location.
 
-    The rule of ``StoreHandle``: a PostgreSQL location as given, a path made absolute against
-    the working directory of now, so the saga's ``location`` reads as its tools' do.
+    ``located``, the rule of ``StoreHandle``: a PostgreSQL location as given, a path made
+    absolute against the working directory of now, so the saga's ``location`` reads as its
+    tools' do.
 
     Raises:
         StoreError, ValueError: as ``get_store``.
+        TypeError: ``ledger`` is neither a store, nor a path, nor a URL.
 
     """
     if isinstance(ledger, Store):
         return ledger
-    if isinstance(ledger, str) and names_postgres(ledger):
-        return get_store(ledger)
-    return get_store(Path(ledger).absolute())
+    return get_store(located(ledger)[1])
 
 
 def _same_ledger(one: Store, other: Store) -> bool:
