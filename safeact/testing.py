@@ -9,6 +9,17 @@ Fixtures:
         ``safeact_postgres``), a new schema on that PostgreSQL server, dropped afterwards.
         After the test it is checked, then closed: a key whose action still runs under a
         live owner (a thread, task or process the test left behind) fails the test.
+
+The crash harness (usable under any test runner):
+    assert_crash_safe(subject, effects=count): runs ``subject`` in fresh processes, killed
+        (SIGKILL) at each point where a crash matters, and fails with a report per point
+        unless the effect happens at most as often as uncrashed, the doubt is visible, and
+        the call replays once resolved. ``subject`` is ``calling(tool, key, *args)`` or a
+        module-level function of a ledger location (a graph, an MCP session, a saga).
+    crash_report: the same report, without failing.
+    effect_made(): a fake provider's mark, after its effect: runs are killed there too.
+    crash_schedules(): a Hypothesis strategy of crash points for properties of one's own,
+        run by ``run_crash_schedule``.
 """
 
 from __future__ import annotations
@@ -19,15 +30,46 @@ from typing import TYPE_CHECKING
 
 import pytest
 
+from safeact._crash import (
+    CRASH_POINTS,
+    Calling,
+    CrashPoint,
+    CrashReport,
+    Ended,
+    Point,
+    PointReport,
+    assert_crash_safe,
+    calling,
+    crash_report,
+    effect_made,
+    run_crash_schedule,
+)
 from safeact._open import get_store
 from safeact._protocol import State
 
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    from hypothesis.strategies import SearchStrategy
+
     from safeact._store import Store
 
-__all__ = ["ledger"]
+__all__ = [
+    "CRASH_POINTS",
+    "Calling",
+    "CrashPoint",
+    "CrashReport",
+    "Ended",
+    "Point",
+    "PointReport",
+    "assert_crash_safe",
+    "calling",
+    "crash_report",
+    "crash_schedules",
+    "effect_made",
+    "ledger",
+    "run_crash_schedule",
+]
 
 _OPTION = "safeact_postgres"
 _HELP = "a PostgreSQL server URL: safeact's ledger fixture makes a new schema there per test"
@@ -92,3 +134,22 @@ def _new_schema(server: str) -> tuple[str, Callable[[], None]]:
         drop()
         raise
     return location, drop
+
+
+def crash_schedules(
+    *, max_crashes: int = 3, max_occurrence: int = 3
+) -> SearchStrategy[tuple[CrashPoint, ...]]:
+    """A Hypothesis strategy of crash schedules, for ``run_crash_schedule``.
+
+    A schedule is up to ``max_crashes`` crash points, one per run: each run is killed at
+    its point (the ``occurrence``-th time it reaches it, up to ``max_occurrence``), or ends
+    without reaching it; Hypothesis shrinks towards fewer crashes, earlier points.
+    """
+    from hypothesis import strategies  # noqa: PLC0415 - only those who draw need Hypothesis
+
+    point = strategies.builds(
+        CrashPoint,
+        strategies.sampled_from(CRASH_POINTS),
+        strategies.integers(min_value=1, max_value=max_occurrence),
+    )
+    return strategies.lists(point, max_size=max_crashes).map(tuple)
