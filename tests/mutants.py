@@ -819,6 +819,33 @@ MUTANTS = [
         ],
         ["tests/test_telemetry.py"],
     ),
+    Mutant(
+        "let the crash harness pass a call that acted twice",
+        [Edit("safeact/_crash.py", "    if most > made:", "    if most < made:")],
+        ["tests/test_crash_harness.py"],
+    ),
+    Mutant(
+        "never kill the crash harness's runs",
+        [
+            Edit(
+                "safeact/_crash.py",
+                "            if crash is not None and (point, counts[point]) == tuple(crash):",
+                "            if crash is not None and (point, counts[point]) == ():",
+            )
+        ],
+        ["tests/test_crash_harness.py"],
+    ),
+    Mutant(
+        "resolve every doubt the crash harness meets as not happened",
+        [
+            Edit(
+                "safeact/_crash.py",
+                "happened=crash.point in AFTER_THE_EFFECT)",
+                "happened=False)",
+            )
+        ],
+        ["tests/test_crash_harness.py"],
+    ),
 ]
 
 
