@@ -38,6 +38,7 @@ if TYPE_CHECKING:
     )
     from safeact._open import get_store
     from safeact._reconcile import Happened, NotHappened, Probe, Unknown, Verdict
+    from safeact._memory import memory_ledger
     from safeact._retention import Purged
     from safeact._saga import Saga, SagaFailed
     from safeact._sqlite import SqliteStore
@@ -88,6 +89,7 @@ __all__ = [
     "raise_on_doubt",
     "register_type",
     "run_scope",
+    "memory_ledger",
     "safe",
     "template",
 ]
@@ -99,6 +101,7 @@ _LAZY = {
     "SqliteStore": "safeact._sqlite",
     "Purged": "safeact._retention",
     "Archived": "safeact._archive",
+    "memory_ledger": "safeact._memory",
     "Saga": "safeact._saga",
     "SagaFailed": "safeact._saga",
     "Happened": "safeact._reconcile",

@@ -45,6 +45,8 @@ _SPACE = " \t\n\v\f\r"
 # without "//": SQLite's file: URIs, SQLAlchemy's sqlite:, a PostgreSQL URL missing it.
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.:-]+(?=://)")
 _OPAQUE = re.compile(r"(?:file|sqlite|postgres|postgresql)(?:\+\w*)?(?=:)", re.IGNORECASE)
+_MEMORY = re.compile(r"memory:", re.IGNORECASE)
+"""How an in-memory ledger's location begins (``memory:1f0c3a9e``): it names no file."""
 _POSTGRES = re.compile(r"(?:postgresql|postgres)(?:\+\w+)?")
 """PostgreSQL's two schemes, or SQLAlchemy's with a driver (``postgresql+psycopg``)."""
 _BAD_PERCENT = re.compile(r"%(?![0-9A-Fa-f]{2})")
@@ -91,7 +93,8 @@ def parse_location(location: str) -> PostgresLocation | None:
     ``./host=…``.
 
     Raises:
-        ValueError: ``location`` is SQLite's ``:memory:`` (a ledger is a file), a URL of
+        ValueError: ``location`` is SQLite's ``:memory:`` (a location names a file; see
+            ``safeact.memory_ledger``), an in-memory ledger's ``memory:…``, a URL of
             another kind (``sqlite:///``, ``file:``, ``mysql://``...), or a PostgreSQL
             location that libpq would refuse or read otherwise than meant: a word without
             ``=`` or a quote left open among keyword pairs; in a URL, a ``%`` not starting
@@ -104,9 +107,20 @@ def parse_location(location: str) -> PostgresLocation | None:
         # SQLite's name for a database that dies with its connection; here it would be a
         # file named ":memory:", and a test's "fresh" ledger would replay the last run's.
         raise ValueError(
-            "':memory:' is not an in-memory ledger here: safeact keeps a ledger in a file, "
-            "where a crash cannot take it, and would make a file named ':memory:'; for a "
-            "test, give each test a ledger of its own (pytest: the ledger fixture)"
+            "':memory:' is not an in-memory ledger here: as a location it would make a "
+            "ledger file named ':memory:', which the next run would find again; "
+            "for a ledger in this process's memory, gone when closed, call "
+            "safeact.memory_ledger(); with pytest, the ledger fixture gives each test a "
+            "ledger of its own"
+        )
+    if _MEMORY.match(text):
+        # How an in-memory ledger's location reads (``safeact._memory``): as a path, it
+        # would make a file of that name, a ledger other than the one it names.
+        raise ValueError(
+            f"{text!r} reads as the location of an in-memory ledger, which no location "
+            "opens: it lives in the process that made it, reached only through the store "
+            "safeact.memory_ledger() returned, so pass that store; write a file named so "
+            f"'./{text}'"
         )
     scheme = _URL.match(text) or _OPAQUE.match(text)
     if scheme is not None:

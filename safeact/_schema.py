@@ -21,6 +21,7 @@ __all__ = [
     "APPLICATION_ID",
     "BUSY_TIMEOUT",
     "check_usable",
+    "create_new",
     "migrate",
     "prepare",
 ]
@@ -102,6 +103,22 @@ def prepare(connection: sqlite3.Connection, path: Path) -> None:
                 raise _older(path, version)
     _use_wal(connection, path)
     connection.execute("PRAGMA synchronous = NORMAL")
+
+
+def create_new(connection: sqlite3.Connection) -> None:
+    """Make the empty database ``connection`` is on a current ledger, in one transaction.
+
+    For a database that is new by construction and is no file (an in-memory ledger,
+    ``safeact._memory``): ``prepare`` is for a file, which may be a ledger already, may be
+    another program's, and must be switched to WAL, which a database in memory cannot be.
+
+    Raises:
+        sqlite3.Error: the database is not empty (a table of the ledger's exists); it is
+            left as it was.
+
+    """
+    with _locked(connection):
+        _create(connection)
 
 
 def migrate(path: Path) -> tuple[int, int]:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from safeact import Store, get_store
+from safeact import Store, get_store, memory_ledger
 from safeact._owner import _no_such_process
 
 if "MUTANT_UNDER_TEST" in os.environ:
@@ -33,12 +33,17 @@ POSTGRES_FIXTURES = frozenset({"postgres_ledger", "empty_postgres", "empty_schem
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    """Give each xdist worker a process group of its own.
+    """Register the ``located`` marker; give each xdist worker a process group of its own.
 
     An owner's end includes the processes of its group started after it (safeact._owner):
     the workers of one run would otherwise share a group, and one worker's live children
     would keep another worker's killed owner alive.
     """
+    config.addinivalue_line(
+        "markers",
+        "located: a test of the store fixture that needs its ledger's location (it opens the "
+        "ledger again, or hands it to another process): not run on the in-memory ledger",
+    )
     if os.environ.get("PYTEST_XDIST_WORKER"):
         os.setpgid(0, 0)
 
@@ -205,19 +210,57 @@ def postgres_ledger() -> Iterator[str]:
         drop()
 
 
-@pytest.fixture(params=["sqlite", "postgres"])
-def any_ledger(request: pytest.FixtureRequest, ledger: Path) -> str:
-    """A fresh ledger on each backend: a SQLite file, then a PostgreSQL schema."""
-    if request.param == "sqlite":
+LOCATED = ("sqlite", "postgres")
+"""The backends whose ledger a location names: another store or process can open it again."""
+
+IN_PROCESS = (*LOCATED, "memory")
+"""Every backend a test of one process can run on: the in-memory ledger too."""
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    """Run each test of a ledger on each backend (``ledger_kind``) it can run on.
+
+    A test that asks for ``store`` alone runs on every backend, the in-memory ledger
+    included. One that asks for a location too (``any_ledger``), or is marked ``located``
+    (it opens the store's ledger again by its location, or hands it to another process),
+    runs on the backends a location names: the in-memory ledger has none.
+    """
+    if "ledger_kind" in metafunc.fixturenames:
+        located = "any_ledger" in metafunc.fixturenames or bool(
+            list(metafunc.definition.iter_markers("located"))
+        )
+        metafunc.parametrize("ledger_kind", LOCATED if located else IN_PROCESS, indirect=True)
+
+
+@pytest.fixture
+def ledger_kind(request: pytest.FixtureRequest) -> str:
+    """The backend of the test's ledger (``pytest_generate_tests`` gives each its run)."""
+    kind: str = request.param
+    return kind
+
+
+@pytest.fixture
+def any_ledger(ledger_kind: str, request: pytest.FixtureRequest, ledger: Path) -> str:
+    """A fresh ledger on each backend a location names: a SQLite file, a PostgreSQL schema."""
+    if ledger_kind == "sqlite":
         return str(ledger)
     dsn: str = request.getfixturevalue("postgres_ledger")
     return dsn
 
 
 @pytest.fixture
-def store(any_ledger: str) -> Iterator[Store]:
-    """An open store on a fresh ledger, on each backend."""
-    with get_store(any_ledger) as opened:
+def store(ledger_kind: str, request: pytest.FixtureRequest) -> Iterator[Store]:
+    """An open store on a fresh ledger, on each backend: the in-memory one too, unless located.
+
+    The location is asked for only here, not as a parameter: a parameter would put
+    ``any_ledger`` in every test's fixtures, and no test would run on the in-memory ledger.
+    """
+    if ledger_kind == "memory":
+        with memory_ledger() as opened:
+            yield opened
+        return
+    location: str = request.getfixturevalue("any_ledger")
+    with get_store(location) as opened:
         yield opened
 
 

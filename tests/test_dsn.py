@@ -584,6 +584,8 @@ def test_a_failed_migration_says_no_password_the_server_quotes() -> None:
 
 
 MEMORY_REFUSED = "':memory:' is not an in-memory ledger here"
+MEMORY_ADVICE = ("call safeact.memory_ledger()", "the ledger fixture")
+"""What the refusal of ``":memory:"`` points at instead: the in-memory ledger, the fixture."""
 
 
 @pytest.mark.parametrize(
@@ -594,10 +596,11 @@ MEMORY_REFUSED = "':memory:' is not an in-memory ledger here"
 def test_sqlites_memory_name_is_refused_and_no_file_is_made(
     open_it: Callable[[], object], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """``":memory:"`` is refused, pointing at a file per test, not made a file of that name."""
+    """``":memory:"`` is refused, pointing at ``memory_ledger()`` and the fixture; no file."""
     monkeypatch.chdir(tmp_path)
-    with pytest.raises(ValueError, match=re.escape(MEMORY_REFUSED)):
+    with pytest.raises(ValueError, match=re.escape(MEMORY_REFUSED)) as refused:
         open_it()
+    assert [advice for advice in MEMORY_ADVICE if advice not in str(refused.value)] == []
     assert list(tmp_path.iterdir()) == []
 
 
@@ -606,4 +609,31 @@ def test_the_command_line_refuses_sqlites_memory_name(tmp_path: Path) -> None:
     result = run("ls", ":memory:", cwd=tmp_path)
     assert result.returncode == 2
     assert MEMORY_REFUSED in result.stderr
+    assert [advice for advice in MEMORY_ADVICE if advice not in result.stderr] == []
     assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    "open_it",
+    [lambda: safe("memory:1f0c3a9e")(pay), lambda: get_store(" Memory:1f0c3a9e ")],
+    ids=["safe", "get_store"],
+)
+def test_an_in_memory_ledgers_location_is_refused_and_no_file_is_made(
+    open_it: Callable[[], object], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``memory:…`` names an in-memory ledger, never a file: refused, saying to pass the store."""
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(ValueError, match=r"no location opens: .* so pass that store"):
+        open_it()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_file_named_like_an_in_memory_ledger_is_written_with_dot_slash(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``./memory:x`` is a file path, as the refusal says to write it."""
+    monkeypatch.chdir(tmp_path)
+    with get_store("./memory:1f0c3a9e") as store:
+        assert safe(store)(pay)("k") == Succeeded("k", 1)
+    with get_store(tmp_path / "memory:1f0c3a9e") as store:
+        assert safe(store)(pay)("k") == Succeeded("k", 1, replayed=True)

@@ -227,6 +227,7 @@ def test_keyword_arguments_reach_an_async_step(store: Store) -> None:
     assert asyncio.run(run()) == "Ada"
 
 
+@pytest.mark.located  # its tools open the store's ledger by its location
 @pytest.mark.parametrize("by_location", ["step", "compensation"])
 def test_an_async_step_opens_a_tools_ledger_off_its_event_loop(
     store: Store, by_location: str, monkeypatch: pytest.MonkeyPatch
