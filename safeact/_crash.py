@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import asyncio
 import collections
-import contextlib
 import importlib
 import inspect
 import json
@@ -140,6 +139,8 @@ class Ended:
     is_outcome: bool = False
     raised: bool = False
     reached: tuple[tuple[str, int], ...] = ()
+    said: str = ""
+    """The whole answer: the value's ``repr``, or the exception's type and message."""
 
     def __str__(self) -> str:
         return "killed" if self.killed else self.outcome
@@ -258,7 +259,7 @@ class _Harness:
         clean_ledger = str(self.workdir / "uncrashed.db")
         clean = _run(self.subject, clean_ledger, None, self.timeout, self.workdir)
         made = self.effects() - start
-        problems = _uncrashed_problems(clean, made)
+        problems = _uncrashed_problems(clean, made) or _elsewhere(clean, clean_ledger)
         if problems:
             return CrashReport(name, made, (), problems)
         reached = dict(clean.reached)
@@ -294,6 +295,26 @@ class _Harness:
         return PointReport(crash, tuple(runs), tuple(counts), resolved, problems)
 
 
+def _elsewhere(clean: Ended, ledger: str) -> tuple[str, ...]:
+    """Whether the uncrashed run's guarded calls went to a ledger other than the harness's.
+
+    Then every run would replay from that ledger, and no crash would touch what is judged.
+    """
+    if not any(point in CALL_CHECKPOINTS for point, _ in clean.reached):
+        return ()
+    if Path(ledger).exists():
+        with get_store(ledger) as store:
+            if store.records():
+                return ()
+    return (
+        (
+            "the uncrashed run's guarded calls recorded nothing in the ledger the harness "
+            "gave it: they went to another ledger. Make the run's tools on its ledger "
+            "argument (safe(ledger)), not on a ledger of their own"
+        ),
+    )
+
+
 def _uncrashed_problems(clean: Ended, made: int) -> tuple[str, ...]:
     """Why an uncrashed run cannot be the measure of the crashed ones, if it cannot."""
     if clean.raised and not clean.in_doubt:
@@ -324,7 +345,9 @@ def judge(
     """The problems one crash point shows, given its runs and the effects after each.
 
     ``runs`` are the killed run, the run after it, (when ``doubts`` were resolved) the run
-    after the resolve, and the last run; ``made`` the effects of an uncrashed run;
+    after the resolve, and the last run; ``made`` the effects of an uncrashed run. The run
+    after the crash tells its caller of a doubt with an ``InDoubt``, an ``InDoubtError``, a
+    ``SagaFailed`` in doubt, or any answer that names each key in doubt;
     ``doubts`` the keys (and tools) in doubt after the run that followed the crash;
     ``unsettled`` the keys still unsettled at the end.
     """
@@ -340,15 +363,7 @@ def judge(
             f"the effect happened {most} time(s), {made} in an uncrashed run: it ran again "
             "after the crash"
         )
-    after = runs[1]
-    if after.killed:
-        problems.append("the run after the crash was killed too")
-    elif after.raised and not after.in_doubt:
-        problems.append(f"the run after the crash raised {after.outcome}")
-    elif after.in_doubt and not doubts:
-        problems.append(
-            f"the run after the crash said {after.outcome}, but no key is in doubt in the ledger"
-        )
+    problems += _after_the_crash(runs[1], doubts)
     last = runs[-1]
     if last.in_doubt or last.raised:
         problems.append(f"after the resolve, the last run said {last.outcome}")
@@ -359,6 +374,29 @@ def judge(
     if unsettled:
         problems.append(f"keys left unsettled in the end: {', '.join(unsettled)}")
     return tuple(problems)
+
+
+def _after_the_crash(after: Ended, doubts: list[tuple[str, str]]) -> list[str]:
+    """What is wrong with the run that followed the crash, given the keys then in doubt."""
+    problems: list[str] = []
+    # An adapter tells of a doubt in its framework's words (an MCP error result, a LangGraph
+    # interrupt, a message to the model), each naming the key: that is telling the caller.
+    told = after.in_doubt or (bool(doubts) and all(key in after.said for key, _ in doubts))
+    if after.killed:
+        problems.append("the run after the crash was killed too")
+    elif after.raised and not told:
+        problems.append(f"the run after the crash raised {after.outcome}")
+    elif after.in_doubt and not doubts:
+        problems.append(
+            f"the run after the crash said {after.outcome}, but no key is in doubt in the ledger"
+        )
+    elif doubts and not told:
+        keys = ", ".join(key for key, _ in doubts)
+        problems.append(
+            f"{keys} is in doubt in the ledger, but the run after the crash said "
+            f"{after.outcome}, naming no such key: it hides the doubt from its caller"
+        )
+    return problems
 
 
 def _in_doubt(ledger: str) -> list[tuple[str, str]]:
@@ -557,8 +595,9 @@ def _ran(subject: Any, call: Any, ledger: str) -> dict[str, object]:
         how = "in doubt" if doubt else "rolled back"
         return {"outcome": f"SagaFailed ({exc.saga_id}: {how})", "in_doubt": doubt}
     except Exception as exc:  # noqa: BLE001 - any failure of the run is reported, not raised
-        return {"outcome": f"{type(exc).__name__}: {exc}", "raised": True}
-    return _described(value)
+        said = f"{type(exc).__name__}: {_text(exc)}"
+        return {"outcome": _short(said), "raised": True, "said": said}
+    return {**_described(value), "said": _text(value, repr)}
 
 
 async def _awaited(value: Coroutine[Any, Any, object]) -> object:
@@ -580,9 +619,15 @@ def _described(value: object) -> dict[str, object]:
                 "is_outcome": True,
             }
         case _:
-            with contextlib.suppress(Exception):
-                return {"outcome": f"returned {_short(repr(value))}"}
-            return {"outcome": "returned a value"}
+            return {"outcome": f"returned {_short(_text(value, repr))}"}
+
+
+def _text(value: object, show: Callable[[object], str] = str) -> str:
+    """``show(value)``, or a placeholder when it raises: a broken ``repr`` is no verdict."""
+    try:
+        return show(value)
+    except Exception:  # noqa: BLE001 - any failure of the user's __repr__ or __str__
+        return f"<a {type(value).__name__} that cannot be shown>"
 
 
 def _short(text: str) -> str:

@@ -342,3 +342,68 @@ def test_what_is_not_a_tool_is_refused() -> None:
     """calling() takes a guarded tool, not the plain function."""
     with pytest.raises(TypeError, match="takes a guarded tool"):
         calling(_pay_once, "k", 1)  # type: ignore[arg-type] # the wrong type, on purpose
+
+
+def test_a_run_that_hides_the_doubt_fails(pytester: pytest.Pytester) -> None:
+    """A run that answers "refunded" while its key is in doubt hides the doubt: it fails."""
+    result = harness_session(
+        pytester,
+        """
+from safeact import Succeeded
+
+def refund_and_boast(ledger: str) -> object:
+    tool = safe(ledger, name="charge")(charge)
+    outcome = tool("refund-9", "ada@example.com", 50)
+    return "refunded" if not isinstance(outcome, Succeeded) else outcome.value
+
+def test_boasting():
+    assert_crash_safe(refund_and_boast, effects=bank.refunds)
+""",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(
+        [
+            "*after_claim: FAILED*",
+            (
+                "*refund-9 is in doubt in the ledger, but the run after the crash said "
+                "returned 'refunded', naming no such key: it hides the doubt from its caller*"
+            ),
+        ]
+    )
+
+
+def test_a_run_that_raises_naming_the_key_in_doubt_passes(pytester: pytest.Pytester) -> None:
+    """A host that raises on an in-doubt answer, naming its key, tells its caller: it passes."""
+    result = harness_session(
+        pytester,
+        """
+from safeact import InDoubt
+
+def refund_or_raise(ledger: str) -> object:
+    outcome = safe(ledger, name="charge")(charge)("refund-10", "ada@example.com", 50)
+    if isinstance(outcome, InDoubt):
+        raise RuntimeError(f"the refund {outcome.key} may have happened: check the bank")
+    return outcome
+
+def test_raising():
+    report = assert_crash_safe(refund_or_raise, effects=bank.refunds)
+    assert report.points[1].runs[1].outcome.startswith("RuntimeError: the refund refund-10")
+""",
+    )
+    result.assert_outcomes(passed=1)
+
+
+def test_tools_on_a_ledger_of_their_own_are_reported(pytester: pytest.Pytester) -> None:
+    """A run whose tools ignore the ledger it is given cannot be crashed usefully: it says so."""
+    result = harness_session(
+        pytester,
+        """
+def refund_elsewhere(ledger: str) -> object:
+    return refund("refund-11", "ada@example.com", 50)  # on its own ledger file
+
+def test_elsewhere():
+    assert_crash_safe(refund_elsewhere, effects=bank.refunds)
+""",
+    )
+    result.assert_outcomes(failed=1)
+    result.stdout.fnmatch_lines(["*recorded nothing in the ledger the harness gave it*"])
