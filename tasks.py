@@ -58,6 +58,7 @@ ALREADY_RAN = (
     "test_killed_then_resumed_after_a_deploy_that_adds_a_defaulted_parameter",  # the same
     "test_proof_across",  # owners on a second machine, in process trees and namespaces
     "test_interrupted_lock",  # a real SIGINT into SQLite's busy wait
+    "test_crash_harness_adapters",  # the crash harness through LangGraph and MCP: 40 runs
 )
 """The crash tests of the integrations and of proof: ``artifact`` leaves them to ``test``,
 which ran them on the tree. Each starts interpreters that import a framework, or run in
