@@ -12,6 +12,7 @@ from safeact._keys import Key
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
 from safeact._owner import Owner
 from safeact._protocol import DoubtReason, Record, SagaRecord, SagaState, State
+from safeact._replay_only import replay_only
 from safeact._tool import AsyncSafeTool, SafeTool, raise_on_doubt, safe
 from safeact.exceptions import (
     CorruptRecordError,
@@ -19,6 +20,7 @@ from safeact.exceptions import (
     InDoubtError,
     KeyConflictError,
     NotProvenError,
+    ReplayOnlyError,
     SafeError,
     StoreError,
 )
@@ -36,9 +38,9 @@ if TYPE_CHECKING:
         run_scope,
         template,
     )
+    from safeact._memory import memory_ledger
     from safeact._open import get_store
     from safeact._reconcile import Happened, NotHappened, Probe, Unknown, Verdict
-    from safeact._memory import memory_ledger
     from safeact._retention import Purged
     from safeact._saga import Saga, SagaFailed
     from safeact._sqlite import SqliteStore
@@ -66,6 +68,7 @@ __all__ = [
     "Probe",
     "Purged",
     "Record",
+    "ReplayOnlyError",
     "SafeError",
     "SafeTool",
     "Saga",
@@ -86,10 +89,11 @@ __all__ = [
     "get_store",
     "in_run",
     "keyed",
+    "memory_ledger",
     "raise_on_doubt",
     "register_type",
+    "replay_only",
     "run_scope",
-    "memory_ledger",
     "safe",
     "template",
 ]
@@ -97,11 +101,11 @@ __all__ = [
 
 _LAZY = {
     "get_store": "safeact._open",
+    "memory_ledger": "safeact._memory",
     "Store": "safeact._store",
     "SqliteStore": "safeact._sqlite",
     "Purged": "safeact._retention",
     "Archived": "safeact._archive",
-    "memory_ledger": "safeact._memory",
     "Saga": "safeact._saga",
     "SagaFailed": "safeact._saga",
     "Happened": "safeact._reconcile",

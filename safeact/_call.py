@@ -15,6 +15,10 @@ it. The decisions themselves are ``_protocol``'s pure functions.
       │                               └─ lost the race: Read again
       └──► (unsettled) ─► Look ─► owner alive:  Pause, Read again; out of time: InDoubt
                                 └► abandoned:   Mark ─► (Ask the probe once) ─► InDoubt
+
+A replay-only call (``safeact.replay_only()``) only reads: where the diagram claims it raises
+``ReplayOnlyError``, and where it marks (and asks the probe, which writes its verdict) it
+returns ``InDoubt`` as read.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ from safeact._protocol import (
     next_step,
     owner_may_write,
 )
+from safeact.exceptions import ReplayOnlyError
 
 if TYPE_CHECKING:
     from datetime import datetime
@@ -192,6 +197,7 @@ def guarded_call(  # noqa: PLR0913 - the call, and what of its tool the rules ne
     utc_now: Callable[[], datetime],
     monotonic: Callable[[], float] = time.monotonic,
     former_hash: Callable[[], str] | None = None,
+    replay_only: bool = False,
 ) -> Generator[Request, object, Outcome[object]]:
     """Make one call of ``tool`` with ``args_hash`` under ``key``; return its ``Outcome``.
 
@@ -200,24 +206,28 @@ def guarded_call(  # noqa: PLR0913 - the call, and what of its tool the rules ne
     ``wait`` is how long to wait on a live owner; ``probing`` whether the tool has a probe
     to ask once when the key is in doubt; ``replay`` rebuilds a settled record's outcome;
     ``encode`` stores a result (raising ``ResultNotStorableError`` when it cannot).
+    ``replay_only``: ask for nothing that writes; a key in doubt is returned as read.
 
     Raises:
         KeyConflictError: the key is recorded for another tool or other arguments.
+        ReplayOnlyError: ``replay_only``, and the call would claim the key; nothing was
+            asked that writes.
 
     """
     deadline, pause, probed = monotonic() + wait, FIRST_PAUSE, False
     withheld: str | None = None
+    # Replay-only, a key in doubt is returned as read: a mark and a probe's verdict write.
+    marking, probing = not replay_only, probing and not replay_only
     while True:
         match (yield from _decide(key, args_hash, tool, utc_now, former_hash)):
             case Replay(stored):
                 return replay(stored)
             case Run(previous):
-                checkpoint("before_claim")
-                claimed = cast("Record | None", (yield Claim(key, args_hash, previous)))
+                claimed = yield from _claim(key, args_hash, tool, previous, replay_only=replay_only)
                 if claimed is not None:
                     return (yield from _run(claimed, tool, encode))
             case Doubt(unsettled, reason):
-                if may_mark(unsettled, reason) and not (yield Mark(unsettled, reason)):
+                if marking and may_mark(unsettled, reason) and not (yield Mark(unsettled, reason)):
                     continue  # the row moved on before it could be marked: decide again
                 if not probing or probed:
                     return in_doubt_from(unsettled, reason, withheld)
@@ -252,6 +262,21 @@ def _decide(
         owner_lost=lambda _: seen.lost,
         former_hash=former_hash,
     )
+
+
+def _claim(
+    key: str, args_hash: str, tool: str, previous: Record | None, *, replay_only: bool
+) -> Generator[Request, object, Record | None]:
+    """Claim the key for a new attempt; None if the row changed first.
+
+    Raises:
+        ReplayOnlyError: ``replay_only``: a claim is the first write of an action.
+
+    """
+    if replay_only:
+        raise ReplayOnlyError(key, tool)
+    checkpoint("before_claim")
+    return cast("Record | None", (yield Claim(key, args_hash, previous)))
 
 
 def _run(

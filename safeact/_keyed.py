@@ -23,7 +23,7 @@ from safeact._codec import ResultNotStorableError, encode, shown
 from safeact._keys import check_key
 from safeact._outcome import InDoubt
 from safeact._tool import AsyncSafeTool, SafeTool
-from safeact.exceptions import InDoubtError, KeyConflictError, SafeError
+from safeact.exceptions import InDoubtError, KeyConflictError, ReplayOnlyError, SafeError
 
 __all__ = [
     "KeyPolicy",
@@ -38,6 +38,7 @@ __all__ = [
     "keyed",
     "model_text",
     "receipt_of",
+    "refusal_receipt",
     "run_scope",
     "split_arguments",
     "template",
@@ -322,6 +323,11 @@ def conflict_text(conflict: KeyConflictError, name: str) -> str:
         "with; if this is another action, a person must decide how to key it. "
         f"Receipt: {json.dumps(conflict_receipt(conflict))}"
     )
+
+
+def refusal_receipt(refused: ReplayOnlyError) -> dict[str, str | None]:
+    """A call refused under replay-only as JSON: the key, the tool, and the refusal."""
+    return {"key": refused.key, "tool": refused.tool, "refused": str(refused)}
 
 
 def model_text(value: object, return_type: object) -> str:

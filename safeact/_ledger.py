@@ -28,9 +28,10 @@ from safeact._protocol import (
     as_seen,
     utc_now,
 )
+from safeact._replay_only import in_force as replay_only_in_force
 from safeact._rows import read_record
 from safeact._settings import optional_text, seconds
-from safeact.exceptions import SafeError
+from safeact.exceptions import SafeError, StoreError
 
 __all__ = ["COLUMNS", "LEASE", "Cursor", "Executor", "Ledger"]
 
@@ -98,6 +99,8 @@ class Ledger:
         self._closed = False
         # The description of each tool's results this store has written (``_claim``).
         self._shapes: dict[str, str] = {}
+        # Opened while replay-only is in force: read-only for its life (``_check_writable``).
+        self._read_only = replay_only_in_force()
 
     @property
     def location(self) -> str:
@@ -221,6 +224,21 @@ class Ledger:
             self._beat = None
             self._stop = threading.Event()
             self._forget_connections()
+
+    def _check_writable(self) -> None:
+        """Refuse a write to a store opened read-only; each backend's ``_transaction`` asks.
+
+        Raises:
+            StoreError: the store was opened while replay-only was in force.
+
+        """
+        if self._read_only:
+            raise StoreError(
+                f"{self.location}: this store was opened read-only, under replay-only "
+                "(safeact.replay_only(), or SAFEACT_REPLAY_ONLY in the environment), and "
+                "writes nothing; nothing was written. Open the ledger again outside "
+                "replay-only to write to it"
+            )
 
     # What a backend supplies.
 

@@ -318,7 +318,7 @@ class PostgresStore(Store):
         # background, retrying and logging each failure, and tells whoever waits for it only
         # that it ran out of time.
         with _connect(self._dsn, self._where, autocommit=True) as connection, self._errors():
-            _bound_waits(connection)
+            self._configure(connection)
             version = _version(connection, self._where)
             self._database = _identify(connection)
         if version != SCHEMA_VERSION:
@@ -452,7 +452,12 @@ class PostgresStore(Store):
         ``BEGIN`` and that setting are one round trip; then the statements are pipelined up
         to the ``COMMIT``: the server is waited on only where a statement's rows are read,
         and at the end. A claim is two round trips, an owner's outcome three.
+
+        Raises:
+            StoreError: the store was opened read-only, under replay-only.
+
         """
+        self._check_writable()
         self._check_open()
         with contextlib.ExitStack() as held:
             connection = self._begin(held, sync=sync)
@@ -557,6 +562,19 @@ class PostgresStore(Store):
         # liveness lock, under its own owner identity, when it first claims).
         self._pool = self._new_pool()
 
+    def _configure(self, connection: psycopg.Connection[Any]) -> None:
+        """Set up a new session of the store: bounded waits, and read-only under replay-only.
+
+        A store opened under replay-only refuses writes itself (``_check_writable``); its
+        sessions are read-only too (``default_transaction_read_only``, set after the
+        connection string's and the role's settings), so that the server refuses whatever
+        would reach it. The liveness session is not one of them: it takes a lock, writes
+        nothing, and a read-only store never claims.
+        """
+        _bound_waits(connection)
+        if self._read_only:
+            connection.execute("SELECT set_config('default_transaction_read_only', 'on', false)")
+
     def _new_pool(self) -> ConnectionPool[Any]:
         # Autocommit: a read is one round trip; a write opens its transaction explicitly.
         pool: ConnectionPool[Any] = ConnectionPool(
@@ -565,7 +583,7 @@ class PostgresStore(Store):
             max_size=self._pool_size,
             open=False,
             kwargs={"autocommit": True},
-            configure=_bound_waits,
+            configure=self._configure,
         )
         try:
             pool.open(wait=True, timeout=_timeout(self._dsn))

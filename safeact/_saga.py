@@ -23,6 +23,7 @@ import safeact._telemetry as telemetry
 from safeact._keys import check_key
 from safeact._open import get_store, located
 from safeact._outcome import Outcome
+from safeact._replay_only import in_force as replay_only_in_force
 from safeact._saga_run import (
     Begin,
     Compensate,
@@ -39,6 +40,7 @@ from safeact._saga_run import (
 from safeact._sqlite import SqliteStore
 from safeact._store import Store
 from safeact._tool import AsyncSafeTool, Compensation, SafeTool, safe
+from safeact.exceptions import ReplayOnlyError
 
 if TYPE_CHECKING:
     from collections.abc import Iterator
@@ -265,6 +267,7 @@ class Saga:
 
     def _drive(self, requests: Generator[SagaRequest, object, R]) -> R:
         """Carry out the run's requests, blocking, until it returns (or raises)."""
+        self._run.replay_only = replay_only_in_force()
         answer: object = None
         try:
             while True:
@@ -280,6 +283,7 @@ class Saga:
         """Carry out the run's requests, awaiting: the ledger's work runs in worker threads."""
         import asyncio  # noqa: PLC0415 - only async callers pay for it (~20 ms)
 
+        self._run.replay_only = replay_only_in_force()
         answer: object = None
         try:
             while True:
@@ -299,6 +303,8 @@ class Saga:
             ) as watch:
                 tool = self._tool(request.undo.call)
                 return watch.ended(_call_sync(tool, request.key, (request.value,), {}))
+        except ReplayOnlyError:
+            raise  # it would have run: refused, nothing written; not a compensation that failed
         except Exception:
             logger.exception("saga %r: the compensation of %r raised", self.saga_id, request.step)
             return None
@@ -311,6 +317,8 @@ class Saga:
             ) as watch:
                 tool = self._tool(request.undo.call)
                 return watch.ended(await _call(tool, request.key, (request.value,), {}))
+        except ReplayOnlyError:
+            raise  # as in _compensate
         except Exception:
             logger.exception("saga %r: the compensation of %r raised", self.saga_id, request.step)
             return None

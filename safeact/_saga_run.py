@@ -28,6 +28,13 @@ calls each step, between ``begin_step`` and ``settle_step``.
               that has a compensation: Compensate ─► Read its record ─► how it went
               ─► Read every step, and the undos not called, for the report
               ─► Move COMPENSATED (all undone) or ROLLBACK_INCOMPLETE ─► raise SagaFailed
+
+A replay-only run (``safeact.replay_only()``: the driver sets ``replay_only``) asks for nothing
+that writes. It reads the saga (ReadSaga) instead of beginning it, checks each step against
+the steps recorded instead of recording it, and takes up a recorded rollback without its
+moves; what would write instead raises ``ReplayOnlyError``: a saga never begun, a step never
+recorded, a saga to complete, a rollback to start, or one that would end otherwise than the
+ledger says. Its steps and compensations are guarded calls, replay-only themselves.
 """
 
 from __future__ import annotations
@@ -41,7 +48,7 @@ from safeact._call import Read
 from safeact._keys import check_key
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded, failed_from, in_doubt_from
 from safeact._protocol import UNSETTLED, DoubtReason, Record, SagaRecord, SagaState, State
-from safeact.exceptions import KeyConflictError, SafeError
+from safeact.exceptions import KeyConflictError, ReplayOnlyError, SafeError
 
 __all__ = [
     "Begin",
@@ -252,7 +259,8 @@ class SagaRun:
     ``state`` is the saga's state as this run knows it, ``recorded`` the steps the ledger had
     when the run entered, ``completed`` the steps that succeeded in this run, oldest first,
     ``failure`` the report once this run rolled the saga back, and ``block`` where the run's
-    block is: not entered yet, running, or ended.
+    block is: not entered yet, running, or ended. ``replay_only``, set by the driver before
+    each of the generators, makes it ask for nothing that writes.
     """
 
     saga_id: str
@@ -263,15 +271,27 @@ class SagaRun:
     next_index: int = 0
     completed: list[Done] = attrs.Factory(list)
     failure: SagaFailed | None = None
+    replay_only: bool = False
 
     def enter(self) -> Generator[SagaRequest, object, None]:
         """Take the saga up where the ledger has it.
 
         Raises:
             SagaFailed: the saga was fully rolled back before; nothing may run.
+            ReplayOnlyError: replay-only, and the ledger has no such saga to replay.
 
         """
-        saga = cast("SagaRecord", (yield Begin(self.saga_id)))
+        if self.replay_only:
+            found = cast("SagaRecord | None", (yield ReadSaga(self.saga_id)))
+            if found is None:
+                raise ReplayOnlyError(
+                    self.saga_id,
+                    None,
+                    f"saga {self.saga_id!r} would have begun: it is not recorded",
+                )
+            saga = found
+        else:
+            saga = cast("SagaRecord", (yield Begin(self.saga_id)))
         if saga.state is SagaState.COMPENSATED:
             raise (yield from self._report(saga, {}))
         # An incomplete rollback is taken up again: compensations an operator has released
@@ -324,6 +344,7 @@ class SagaRun:
                 outcome to replay: the rollback was finished instead.
             KeyConflictError: an earlier run took another step at this index, or the saga
                 completed with fewer steps.
+            ReplayOnlyError: replay-only, and no step was recorded at this index.
             TypeError, ValueError: ``name`` makes a key that cannot be one.
 
         """
@@ -334,8 +355,18 @@ class SagaRun:
                 f"is not a step of saga {self.saga_id!r}, which completed with "
                 f"{len(self.recorded)} steps",
             )
-        compensation = None if undo is None else undo.name
-        recorded = yield RecordStep(self.saga_id, index, name, key, compensation)
+        if self.replay_only:
+            if index >= len(self.recorded):
+                raise ReplayOnlyError(
+                    key,
+                    None,
+                    f"step {index} of saga {self.saga_id!r} would have been recorded and run "
+                    f"under key {key!r}: the saga recorded {len(self.recorded)} steps",
+                )
+            recorded: object = self.recorded[index]
+        else:
+            compensation = None if undo is None else undo.name
+            recorded = yield RecordStep(self.saga_id, index, name, key, compensation)
         if recorded != key:
             raise KeyConflictError(
                 key,
@@ -389,9 +420,9 @@ class SagaRun:
         """End the run as its block ended: quietly (``exc`` None) or raising ``exc``.
 
         ``refused``: ``exc`` is an error ``step`` raised before running anything (a conflict,
-        arguments that do not fit, a broken ledger), which undoes nothing. Neither does an
-        interrupt (a ``BaseException`` that is not an ``Exception``), nor anything after the
-        saga finished.
+        arguments that do not fit, a broken ledger), which undoes nothing. Neither does a
+        ``ReplayOnlyError``, an interrupt (a ``BaseException`` that is not an
+        ``Exception``), nor anything after the saga finished.
 
         Raises:
             SagaFailed: the saga was rolled back (chained from ``exc``).
@@ -408,6 +439,8 @@ class SagaRun:
             return
         if refused or exc is self.failure or not isinstance(exc, Exception):
             return
+        if isinstance(exc, ReplayOnlyError):
+            return  # nothing ran or was written: a refusal, which undoes nothing
         if self.state in (SagaState.COMPLETED, SagaState.COMPENSATED):
             return  # a finished saga is not undone by what its re-run does afterwards
         raise (yield from self.roll_back(reason=f"{type(exc).__name__}: {exc}")) from exc
@@ -429,6 +462,13 @@ class SagaRun:
                 "run code that takes every recorded step, or raise in the block to roll the "
                 "saga back"
             )
+        if self.replay_only:
+            raise ReplayOnlyError(
+                self.saga_id,
+                None,
+                f"saga {self.saga_id!r} would have been marked completed: the ledger has it "
+                "running still",
+            )
         yield Move(self.saga_id, SagaState.COMPLETED)
         self.state = SagaState.COMPLETED
 
@@ -444,11 +484,23 @@ class SagaRun:
         ``step`` and its ``outcome`` aborted the saga, or the block's exception (``reason``);
         neither when a rollback cut short is taken up again (the ledger keeps the first).
 
+        Replay-only, it only takes up a rollback the ledger records (compensations that
+        ran replay, the others are refused by their own calls) and ends it as recorded.
+
         Raises:
             SafeError: the saga's row vanished from the ledger.
+            ReplayOnlyError: replay-only, and the rollback would start now, or end the saga
+                otherwise than the ledger records; nothing was written.
 
         """
-        yield Move(self.saga_id, SagaState.COMPENSATING, aborted_step=step, abort_reason=reason)
+        if not self.replay_only:
+            yield Move(self.saga_id, SagaState.COMPENSATING, aborted_step=step, abort_reason=reason)
+        elif self.state is not SagaState.COMPENSATING:
+            raise ReplayOnlyError(
+                self.saga_id,
+                None,
+                f"saga {self.saga_id!r} would have been rolled back (it was {self.state.value})",
+            )
         self.state = SagaState.COMPENSATING
         saga = cast("SagaRecord | None", (yield ReadSaga(self.saga_id)))
         if saga is None:
@@ -464,7 +516,15 @@ class SagaRun:
         final = (
             SagaState.COMPENSATED if failure.fully_rolled_back else SagaState.ROLLBACK_INCOMPLETE
         )
-        yield Move(self.saga_id, final)
+        if not self.replay_only:
+            yield Move(self.saga_id, final)
+        elif final is not saga.state:
+            raise ReplayOnlyError(
+                self.saga_id,
+                None,
+                f"saga {self.saga_id!r} would have been moved from {saga.state.value} to "
+                f"{final.value}",
+            )
         self.state, self.failure = final, failure
         return failure
 

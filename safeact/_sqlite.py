@@ -13,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 
 from safeact._group_commit import GroupCommit
 from safeact._ledger import LEASE
-from safeact._schema import BUSY_TIMEOUT, check_usable, prepare
+from safeact._schema import APPLICATION_ID, BUSY_TIMEOUT, check_usable, prepare
 from safeact._settings import flag
 from safeact._sqlite_file import (
     FileId,
@@ -23,6 +23,7 @@ from safeact._sqlite_file import (
     real_name,
 )
 from safeact._store import Store
+from safeact._tables import SCHEMA_VERSION
 from safeact.exceptions import StoreError
 
 if TYPE_CHECKING:
@@ -114,7 +115,10 @@ class SqliteStore(Store):
         self._group = GroupCommit(self._sync_wal)
         self._writing = threading.RLock()
         _check_regular_file(path)
-        self._create_file()
+        if self._read_only:
+            self._check_exists()  # under replay-only nothing is created, not even a ledger
+        else:
+            self._create_file()
         # Every connection opens the file by its real path, as resolved now, and SQLite names
         # the WAL after it (a later chdir, or a symlink given as the path, moves neither).
         self._name = real_name(self._file)
@@ -144,7 +148,12 @@ class SqliteStore(Store):
         is in the WAL). With ``sync`` it is on disk before the block's exit returns: the
         WAL is fsynced after the commit, outside the write lock, by one fsync shared with
         the commits made meanwhile (``GroupCommit``).
+
+        Raises:
+            StoreError: the store was opened read-only, under replay-only.
+
         """
+        self._check_writable()
         connection = self._connection()
         # The threads of this process queue here for SQLite's write lock: one that waits in
         # SQLite's busy handler sleeps 1 ms, then longer, however soon the lock is free.
@@ -233,6 +242,19 @@ class SqliteStore(Store):
         self._group = GroupCommit(self._sync_wal)
         self._writing = threading.RLock()
 
+    def _check_exists(self) -> None:
+        """Refuse to open a missing file read-only: there is no ledger there to replay.
+
+        Raises:
+            StoreError: nothing is at the path.
+
+        """
+        if not os.path.lexists(self._file):
+            raise StoreError(
+                f"{self._path}: there is no ledger here, and under replay-only a ledger is "
+                "opened read-only, so none is created; give the path of the ledger to replay"
+            )
+
     def _create_file(self) -> None:
         """Create the ledger file with owner-only permissions, if it does not exist."""
         try:
@@ -314,13 +336,23 @@ class SqliteStore(Store):
         # Still the file opened, under its one name: else this connection would open (or
         # create) another file, or use another WAL than the processes sharing the ledger.
         check_still_one_name(self._name, self._id)
+        # Read-only (replay-only): SQLite itself refuses every write on the connection, and
+        # the file is neither made a ledger nor switched to WAL (``_check_read_only``).
+        where = f"{Path(self._name).as_uri()}?mode=ro" if self._read_only else self._name
         with self._errors():
             connection = sqlite3.connect(
-                self._name, isolation_level=None, check_same_thread=False, timeout=BUSY_TIMEOUT
+                where,
+                isolation_level=None,
+                check_same_thread=False,
+                timeout=BUSY_TIMEOUT,
+                uri=self._read_only,
             )
         try:
             with self._errors():
-                prepare(connection, self._path)
+                if self._read_only:
+                    self._check_read_only(connection)
+                else:
+                    prepare(connection, self._path)
         except BaseException:
             connection.close()
             raise
@@ -331,6 +363,37 @@ class SqliteStore(Store):
                 raise StoreError(f"{self._path}: the store is closed")
             self._connections.add(held)
         return held
+
+    def _check_read_only(self, connection: sqlite3.Connection) -> None:
+        """Check a read-only connection finds a current ledger in WAL mode, changing nothing.
+
+        ``prepare`` would create the schema of an empty file and switch a new ledger to WAL:
+        both writes. ``check_usable`` has refused another program's database and another
+        schema version already.
+
+        Raises:
+            StoreError: the file is empty (no ledger yet), or not in WAL mode (a safeact
+                ledger always is: it was changed outside safeact).
+
+        """
+        connection.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT * 1000)}")
+        application_id, version = connection.execute(
+            "SELECT (SELECT application_id FROM pragma_application_id), "
+            "(SELECT user_version FROM pragma_user_version)"
+        ).fetchone()
+        if (application_id, version) != (APPLICATION_ID, SCHEMA_VERSION):
+            raise StoreError(
+                f"{self._path}: the file holds no ledger yet (it is empty), and under "
+                "replay-only a ledger is opened read-only, so none is created; give the "
+                "path of the ledger to replay"
+            )
+        mode = connection.execute("PRAGMA journal_mode").fetchone()[0]
+        if mode != "wal":
+            raise StoreError(
+                f"{self._path}: the ledger is not in WAL mode ({mode!r}), as safeact leaves "
+                "every ledger: it was changed outside safeact. Under replay-only it is opened "
+                "read-only and cannot be switched back; open it once outside replay-only"
+            )
 
 
 class _Connection:

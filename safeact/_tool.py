@@ -71,6 +71,7 @@ from safeact._protocol import (
     owner_may_write,
     utc_now,
 )
+from safeact._replay_only import in_force as replay_only_in_force
 from safeact._settings import optional_callable, optional_text, seconds
 from safeact.exceptions import StoreError
 
@@ -436,6 +437,7 @@ class _Guard(Generic[T_co]):
                 encode=self._encode,
                 utc_now=utc_now,
                 former_hash=lambda: self._args_hash.former(args, kwargs),
+                replay_only=replay_only_in_force(),
             ),
         )
 

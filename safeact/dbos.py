@@ -29,7 +29,9 @@ new step (``raise_on_doubt``), which replays the result (resolved as happened) o
 action (released as not happened); still unresolved, it raises ``InDoubtError`` again.
 Let the doubt end the workflow instead and it stays ended: DBOS replays a finished
 workflow's error. A failed action raises ``FailedCallError``, the same on every later run:
-the key is spent.
+the key is spent. Under replay-only (``safeact.replay_only()``, ``SAFEACT_REPLAY_ONLY=1``) a
+step replays what its key recorded, and one with nothing to replay raises
+``ReplayOnlyError``, which ``retryable`` does not retry: nothing ran.
 
 ``DBOS.fork_workflow`` runs the steps from ``start_step`` on under a new workflow id, so
 under ``in_workflow`` their actions run again: a fork means "do it again". To fork without
@@ -56,7 +58,7 @@ from dbos import DBOS
 from safeact._keyed import KeyPolicy, NoRunKeyError, ToolCall, keyed
 from safeact._protocol import DoubtReason
 from safeact._tool import AsyncSafeTool, SafeTool
-from safeact.exceptions import FailedCallError, InDoubtError, KeyConflictError
+from safeact.exceptions import FailedCallError, InDoubtError, KeyConflictError, ReplayOnlyError
 
 __all__ = ["guarded_step", "in_workflow", "retryable"]
 
@@ -131,7 +133,8 @@ def retryable(error: BaseException) -> bool:
     """Whether DBOS should retry a guarded step that raised ``error`` (its ``should_retry``).
 
     ``@DBOS.step(retries_allowed=True, should_retry=retryable)``. No for what a retry under
-    the same key would only repeat: ``FailedCallError``, ``KeyConflictError``, and
+    the same key would only repeat: ``FailedCallError``, ``KeyConflictError``,
+    ``ReplayOnlyError`` (a replay-only process refuses the call again), and
     ``InDoubtError``, settled until a person resolves the key (DBOS would hide them in
     ``DBOSMaxStepRetriesExceeded``). Yes for a doubt whose action is still running under a
     live owner (``in_flight``), which a later attempt may find finished, and for any other
@@ -139,4 +142,4 @@ def retryable(error: BaseException) -> bool:
     """
     if isinstance(error, InDoubtError):
         return error.reason is DoubtReason.IN_FLIGHT
-    return not isinstance(error, FailedCallError | KeyConflictError)
+    return not isinstance(error, FailedCallError | KeyConflictError | ReplayOnlyError)

@@ -1,8 +1,9 @@
 """Exceptions safeact raises.
 
 What happened to an action is never raised: it is an ``Outcome``. These are raised for misuse
-(``KeyConflictError``), for a ledger that cannot be used (``StoreError``), and by the
-exception-style adapters (``InDoubtError``, ``FailedCallError``).
+(``KeyConflictError``), for a ledger that cannot be used (``StoreError``), for a call that
+would act under replay-only (``ReplayOnlyError``), and by the exception-style adapters
+(``InDoubtError``, ``FailedCallError``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ __all__ = [
     "InDoubtError",
     "KeyConflictError",
     "NotProvenError",
+    "ReplayOnlyError",
     "SafeError",
     "StoreError",
 ]
@@ -101,6 +103,33 @@ class KeyConflictError(SafeError):
         self.recorded_args_hash = recorded_args_hash
         super().__init__(
             f"key {key!r} {reason}; nothing ran. Use a key that identifies this exact action."
+        )
+
+
+class ReplayOnlyError(SafeError):
+    """A call would have acted while replay-only is in force; nothing ran, nothing was written.
+
+    Under ``safeact.replay_only()`` or ``SAFEACT_REPLAY_ONLY=1`` calls only replay what the
+    ledger holds. One whose key has no outcome to replay (never recorded, or released) would
+    claim it and run its action, and a saga would record a new step, compensate one, or
+    move its own state: each is refused with this error instead, before anything is
+    written. ``key`` is the call's key (a saga's id, for the saga's own progress); ``tool``
+    is the tool that would have run, or None when the refusal is a saga's.
+    """
+
+    def __init__(self, key: str, tool: str | None, would: str | None = None) -> None:
+        """Say which key, what would have happened (``would``), and that nothing did."""
+        self.key = key
+        self.tool = tool
+        if would is None:
+            would = (
+                f"{tool} would have run under key {key!r}: the ledger holds no outcome of it "
+                "to replay"
+            )
+        super().__init__(
+            f"{would}. Replay-only is in force (safeact.replay_only(), or "
+            "SAFEACT_REPLAY_ONLY in the environment): nothing ran and nothing was written "
+            "to the ledger"
         )
 
 

@@ -191,6 +191,11 @@ def safe_tool(
     call) to a hand-built ``ToolNode`` (one task for all its calls, which LangGraph matches
     with resume values by the order they paused in).
 
+    Under replay-only (``safeact.replay_only()``, ``SAFEACT_REPLAY_ONLY=1``) a call with an
+    outcome recorded replays it, and one in doubt pauses (or tells the model) as above; one
+    that would act raises ``ReplayOnlyError`` out of the tool node, which ends the run
+    (``invoke`` raises it): neither the model nor a resume can make it act.
+
     Raises:
         TypeError: ``tool`` is not a guarded tool, or pydantic cannot describe one of its
             parameters to the model.

@@ -20,8 +20,9 @@ content), with ``_meta["io.safeact/replayed"]`` true when it was read back from 
 and nothing ran; or an error result (``isError``) when the action failed (the stored error),
 when it is in doubt (the receipt, and a text telling the model not to call again and a
 person to check), or when the call was refused (no key, a key recorded for another call,
-arguments safeact cannot hash, or a key it cannot store): nothing ran then, and the text
-says why.
+arguments safeact cannot hash, a key it cannot store, or a server that only replays, under
+``safeact.replay_only()`` or ``SAFEACT_REPLAY_ONLY=1``, asked for an action it has no
+record of): nothing ran then, and the text says why.
 
 Importing this module imports the MCP SDK (about a second); ``import safeact`` does not.
 Install it with the ``safeact[mcp]`` extra.
@@ -50,13 +51,14 @@ from safeact._keyed import (
     in_run,
     keyed,
     receipt_of,
+    refusal_receipt,
     split_arguments,
 )
 from safeact._keys import check_key
 from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
 from safeact._protocol import DoubtReason
 from safeact._tool import AsyncSafeTool, SafeTool
-from safeact.exceptions import KeyConflictError
+from safeact.exceptions import KeyConflictError, ReplayOnlyError
 
 __all__ = ["KEY", "REPLAYED", "Server", "Session", "add_tool", "call_tool", "key_for"]
 
@@ -157,7 +159,8 @@ def add_tool(  # noqa: PLR0913 - one keyword per choice, all optional
     and replays (aliases of pydantic fields; attrs classes it cannot describe). Failed and
     in-doubt calls, and refused ones, are error results (``isError``); failed and in-doubt
     ones carry structured content with ``"state"`` ``"failed"`` or ``"in_doubt"`` and the
-    receipt.
+    receipt, a key conflict ``"conflict"``, and a call refused under replay-only
+    ``"replay_only"`` with ``key``, ``tool`` and ``refused`` (the reason).
 
     Raises:
         TypeError: ``server`` is not a ``FastMCP``/``MCPServer`` of the installed SDK,
@@ -271,6 +274,8 @@ class _Guard:
                 )
         except KeyConflictError as exc:
             return _error(f"{self.name}: {exc}", {"state": "conflict", **conflict_receipt(exc)})
+        except ReplayOnlyError as exc:  # this server replays only: a new call acts on nothing
+            return _error(f"{self.name}: {exc}", {"state": "replay_only", **refusal_receipt(exc)})
         except (TypeError, ValueError, NoRunKeyError) as exc:
             # Raised before the action runs: arguments the ledger cannot hash, or a key
             # policy that made no usable key. The SDK would send only "Error executing

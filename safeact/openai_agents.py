@@ -42,11 +42,24 @@ from safeact._keyed import (
     keyed,
     model_text,
     receipt_of,
+    refusal_receipt,
 )
 from safeact._tool import AsyncSafeTool, SafeTool
-from safeact.exceptions import FailedCallError, InDoubtError, KeyConflictError, SafeError
+from safeact.exceptions import (
+    FailedCallError,
+    InDoubtError,
+    KeyConflictError,
+    ReplayOnlyError,
+    SafeError,
+)
 
-__all__ = ["InDoubtStopError", "KeyConflictStopError", "OnDoubt", "function_tool"]
+__all__ = [
+    "InDoubtStopError",
+    "KeyConflictStopError",
+    "OnDoubt",
+    "ReplayOnlyStopError",
+    "function_tool",
+]
 
 OnDoubt: TypeAlias = Literal["error", "stop"]
 """What an ``InDoubt`` call (or a key conflict) does: tell the model (a tool error), or stop."""
@@ -84,6 +97,23 @@ class InDoubtStopError(agents.AgentsException):
         self.receipt = receipt
 
 
+class ReplayOnlyStopError(agents.AgentsException):
+    """A run stopped because a guarded call would have acted under replay-only.
+
+    ``refused`` is the ``ReplayOnlyError`` (also the ``__cause__``); ``receipt`` its
+    receipt: ``key``, ``tool``, ``refused``. Nothing ran and nothing was written. Always a
+    stop, whatever ``on_doubt`` says: told as a tool error, the model would try another way
+    to act, and a replay is meant to show what was done. An Agents SDK exception, so
+    ``Runner.run`` raises it as it is.
+    """
+
+    def __init__(self, refused: ReplayOnlyError, receipt: dict[str, str | None]) -> None:
+        """Carry ``refused`` and its ``receipt``."""
+        super().__init__(f"{refused} The run was stopped.")
+        self.refused = refused
+        self.receipt = receipt
+
+
 def function_tool(
     tool: _Guarded,
     *,
@@ -114,6 +144,10 @@ def function_tool(
     * ``"stop"``: the run ends: ``Runner.run`` raises ``InDoubtStopError``, which carries
       the receipt (and the ``InDoubtError`` as its cause). Resolve the key, then run again
       with the same run id.
+
+    Under replay-only (``safeact.replay_only()``, ``SAFEACT_REPLAY_ONLY=1``) a call with an
+    outcome recorded replays it; one that would act ends the run: ``Runner.run`` raises
+    ``ReplayOnlyStopError``, with the ``ReplayOnlyError`` as its cause. Nothing ran.
 
     Raises:
         TypeError: ``tool`` is not a guarded tool.
@@ -171,7 +205,7 @@ def _failure(_: RunContextWrapper[Any], error: Exception) -> str:
     safeact error here is a doubt to stop on, or a misuse (no run key): neither is the
     model's to work around.
     """
-    if isinstance(error, SafeError | InDoubtStopError | KeyConflictStopError):
+    if isinstance(error, SafeError | InDoubtStopError | KeyConflictStopError | ReplayOnlyStopError):
         raise error
     return agents.default_tool_error_function(_, error)
 
@@ -195,6 +229,8 @@ class _Guard:
             return self._failed(exc)
         except KeyConflictError as exc:
             return self._conflict(exc)
+        except ReplayOnlyError as exc:
+            raise ReplayOnlyStopError(exc, refusal_receipt(exc)) from exc
         except InDoubtError as exc:
             return self._doubt(exc)
 
@@ -207,6 +243,8 @@ class _Guard:
             return self._failed(exc)
         except KeyConflictError as exc:
             return self._conflict(exc)
+        except ReplayOnlyError as exc:
+            raise ReplayOnlyStopError(exc, refusal_receipt(exc)) from exc
         except InDoubtError as exc:
             return self._doubt(exc)
 

@@ -36,7 +36,7 @@ import contextvars
 import inspect
 import sys
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, Literal, TypeAlias, cast
+from typing import Any, Literal, NoReturn, TypeAlias, cast
 
 from pydantic_ai import RunContext
 from pydantic_ai.capabilities import AbstractCapability
@@ -54,7 +54,7 @@ from safeact._keyed import (
     keyed,
 )
 from safeact._tool import AsyncSafeTool, SafeTool
-from safeact.exceptions import FailedCallError, InDoubtError, KeyConflictError
+from safeact.exceptions import FailedCallError, InDoubtError, KeyConflictError, ReplayOnlyError
 
 __all__ = ["OnDoubt", "SafeTools", "in_agent_run"]
 
@@ -181,6 +181,12 @@ class SafeTools(AbstractCapability[Any]):
     runs nothing: the model gets a tool error with both argument digests (``"error"``), or
     the run ends with the ``KeyConflictError`` (``"stop"``).
 
+    Under replay-only (``safeact.replay_only()``, ``SAFEACT_REPLAY_ONLY=1``) a call with an
+    outcome recorded replays it; one that would act ends the run, whatever ``on_doubt``
+    says: ``agent.run`` raises the ``ReplayOnlyError`` (under ``TemporalDurability``, the
+    activity fails with ``safeact.temporal.REPLAY_ONLY``, not retried). Nothing ran. Not a
+    tool error: the model would try another way to act.
+
     Raises:
         TypeError: a tool is not a guarded tool.
         ValueError: no tool is given, two have one name, ``on_doubt`` is not one of the
@@ -242,6 +248,8 @@ def _body(tool: _Guarded, key: KeyPolicy, on_doubt: OnDoubt) -> Callable[..., ob
                     return _for_model(await call, tool.return_type)
                 except (FailedCallError, KeyConflictError, InDoubtError) as exc:
                     return _told(exc, on_doubt, plain.__name__)
+                except ReplayOnlyError as exc:
+                    _stop(exc, ctx)
 
         body = run_async
     else:
@@ -252,6 +260,8 @@ def _body(tool: _Guarded, key: KeyPolicy, on_doubt: OnDoubt) -> Callable[..., ob
                     return _for_model(plain(*args, **kwargs), tool.return_type)
                 except (FailedCallError, KeyConflictError, InDoubtError) as exc:
                     return _told(exc, on_doubt, plain.__name__)
+                except ReplayOnlyError as exc:
+                    _stop(exc, ctx)
 
         body = run
     _dress(body, plain)
@@ -294,6 +304,21 @@ def _told(
     if isinstance(error, KeyConflictError):
         return f"Error: {conflict_text(error, name)}"
     return f"Error: {doubt_text(error, name)}"
+
+
+def _stop(refused: ReplayOnlyError, ctx: RunContext[Any]) -> NoReturn:
+    """End the run with ``refused``: a call that would have acted under replay-only.
+
+    In a Temporal activity (``TemporalDurability``) as the non-retryable ``ApplicationError``
+    that ``safeact.temporal`` raises for it (``REPLAY_ONLY``): Temporal retries an
+    activity's other errors, by default without end, and each retry would be refused again.
+    """
+    if _temporal(ctx):
+        # Imported here: temporalio is loaded already (a TemporalRunContext came from it).
+        from safeact.temporal import _application_error  # noqa: PLC0415
+
+        raise _application_error(refused) from refused
+    raise refused
 
 
 def _dress(body: Callable[..., object], plain: Callable[..., object]) -> None:

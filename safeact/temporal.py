@@ -27,10 +27,17 @@ from urllib.parse import quote
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
-from safeact._keyed import KeyPolicy, NoRunKeyError, ToolCall, keyed, receipt_of
+from safeact._keyed import (
+    KeyPolicy,
+    NoRunKeyError,
+    ToolCall,
+    keyed,
+    receipt_of,
+    refusal_receipt,
+)
 from safeact._protocol import DoubtReason
 from safeact._tool import AsyncSafeTool, SafeTool
-from safeact.exceptions import FailedCallError, InDoubtError, KeyConflictError
+from safeact.exceptions import FailedCallError, InDoubtError, KeyConflictError, ReplayOnlyError
 
 __all__ = [
     "FAILED",
@@ -38,6 +45,7 @@ __all__ = [
     "IN_FLIGHT",
     "KEY_CONFLICT",
     "NO_KEY",
+    "REPLAY_ONLY",
     "guarded_activity",
     "in_workflow",
 ]
@@ -55,8 +63,11 @@ KEY_CONFLICT = "safeact.KeyConflict"
 """``ApplicationError.type`` of a key used for another action (not retryable)."""
 NO_KEY = "safeact.NoRunKey"
 """``ApplicationError.type`` of a call the key policy found no key for (not retryable)."""
+REPLAY_ONLY = "safeact.ReplayOnly"
+"""``ApplicationError.type`` of a call a replay-only worker refused: nothing to replay (not
+retryable; details: key, tool, refused)."""
 
-_TOLD = (InDoubtError, FailedCallError, KeyConflictError, NoRunKeyError)
+_TOLD = (InDoubtError, FailedCallError, KeyConflictError, NoRunKeyError, ReplayOnlyError)
 """What the activity tells Temporal as an ``ApplicationError`` (see ``guarded_activity``)."""
 
 
@@ -149,6 +160,10 @@ def guarded_activity(
       the action.
     * ``KEY_CONFLICT`` and ``NO_KEY``, not retryable: the key names another action, or the
       policy found no key; nothing ran.
+    * ``REPLAY_ONLY`` (``"safeact.ReplayOnly"``), not retryable: the worker replays only
+      (``safeact.replay_only()``, ``SAFEACT_REPLAY_ONLY=1``) and the key has no outcome to
+      replay; nothing ran, and a retry would be refused again. ``details[0]`` has ``key``,
+      ``tool`` and ``refused``.
 
     Cancelling: a sync activity is defined with ``no_thread_cancel_exception=True``, so
     Temporal does not raise its ``CancelledError`` inside the action (where safeact would
@@ -215,9 +230,16 @@ def _dressed(function: Callable[..., Any], plain: Callable[..., Any]) -> Callabl
 
 
 def _application_error(
-    exc: InDoubtError | FailedCallError | KeyConflictError | NoRunKeyError,
+    exc: InDoubtError | FailedCallError | KeyConflictError | NoRunKeyError | ReplayOnlyError,
 ) -> ApplicationError:
     """The ``ApplicationError`` that tells Temporal what happened, and whether to retry."""
+    if isinstance(exc, ReplayOnlyError):
+        return ApplicationError(
+            f"{exc}. Not retried: a retry would be refused again.",
+            refusal_receipt(exc),
+            type=REPLAY_ONLY,
+            non_retryable=True,
+        )
     if isinstance(exc, InDoubtError):
         receipt = receipt_of(exc)
         if exc.reason is DoubtReason.IN_FLIGHT:

@@ -12,7 +12,8 @@ action print "acting" after its effect and wait for a line on stdin; --slow make
 that many seconds; --lease, --heartbeat and --wait set the store and the tool. --probe gives
 the tool a reconciliation probe that answers happened, not_happened or unknown; --resolve
 resolves the key as happened or not_happened instead of calling the tool. --host names the
-host this process claims as (another host's owner cannot be looked up locally).
+host this process claims as (another host's owner cannot be looked up locally). Under
+SAFEACT_REPLAY_ONLY, a call refused with ReplayOnlyError is reported as such.
 """
 
 import argparse
@@ -35,6 +36,7 @@ from safeact import (
     InDoubt,
     NotHappened,
     Outcome,
+    ReplayOnlyError,
     Succeeded,
     Unknown,
     Verdict,
@@ -108,7 +110,12 @@ def main() -> None:  # noqa: C901 - one option after another
         elif options.resolve == "not_happened":
             resolved = store.resolve(options.key, happened=False, note="checked")
         else:
-            print(json.dumps(describe(charge(options.key, "a@example.com", 50))), flush=True)
+            try:
+                outcome = charge(options.key, "a@example.com", 50)
+            except ReplayOnlyError as refused:  # SAFEACT_REPLAY_ONLY, and a key to claim
+                print(json.dumps({"kind": "ReplayOnlyError", "key": refused.key}), flush=True)
+                return
+            print(json.dumps(describe(outcome)), flush=True)
             return
     print(json.dumps({"kind": "Resolved", "state": resolved.state.value}), flush=True)
 

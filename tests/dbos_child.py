@@ -11,7 +11,10 @@ receipt's key in a new step.
 MODE: ``run`` starts ``wf-1`` and SIGKILLs this process right after the refund's side
 effect. ``recover`` launches DBOS (which recovers ``wf-1``), prints the ``first`` event and
 exits while the workflow waits for its verdict. ``settle`` launches DBOS again, sends the
-verdict and prints the workflow's result. The last line printed is JSON.
+verdict and prints the workflow's result. ``start [WORKFLOW]`` runs the workflow of that id
+(``wf-1``) to its end, its refund step retried as ``safeact.dbos.retryable`` says, and prints
+its result, or the error it raised (``{"error": type, "key": ..., "asked": [...]}``, with
+what ``should_retry`` was asked about). The last line printed is JSON.
 """
 
 import json
@@ -24,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from dbos import DBOS, SetWorkflowID
 
 from safeact import InDoubtError, raise_on_doubt
-from safeact.dbos import guarded_step
+from safeact.dbos import guarded_step, retryable
 from tests.fake_bank import refunds
 
 WORKFLOW = "wf-1"
@@ -34,7 +37,18 @@ def main() -> None:
     system_db, ledger, effects, mode = sys.argv[1:5]
 
     send_refund = refunds(ledger, Path(effects), ["sigkill-after"] if mode == "run" else [])
-    refund = DBOS.step(name="refund")(guarded_step(send_refund))
+    asked: list[str] = []
+
+    def should_retry(error: BaseException) -> bool:
+        asked.append(type(error).__name__)
+        return retryable(error)
+
+    refund = DBOS.step(
+        name="refund",
+        retries_allowed=mode == "start",
+        interval_seconds=0,
+        should_retry=should_retry,
+    )(guarded_step(send_refund))
     settle = DBOS.step(name="settle_refund")(raise_on_doubt(send_refund))
 
     @DBOS.workflow(name="refund_order")
@@ -54,6 +68,16 @@ def main() -> None:
     if mode == "run":
         with SetWorkflowID(WORKFLOW):
             DBOS.start_workflow(refund_order, "a@example.com", 50).get_result()
+    elif mode == "start":
+        with SetWorkflowID(sys.argv[5] if len(sys.argv) > 5 else WORKFLOW):
+            ended: object
+            try:
+                ended = DBOS.start_workflow(refund_order, "a@example.com", 50).get_result()
+            except Exception as exc:  # noqa: BLE001 - reported to the test, whatever it is
+                key = getattr(exc, "key", None)
+                ended = {"error": type(exc).__name__, "key": key, "asked": asked}
+        print(json.dumps(ended), flush=True)
+        DBOS.destroy()
     elif mode == "recover":
         print(json.dumps(DBOS.get_event(WORKFLOW, "first", timeout_seconds=60)), flush=True)
         os._exit(0)  # the host stops while the workflow waits for its verdict

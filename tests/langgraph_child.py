@@ -8,9 +8,12 @@ payments (tests/fake_bank.py), a synced line each time the refund really runs. D
 is LangGraph's ("sync", "async"). MODE: ``run`` starts the thread and SIGKILLs this process
 right after the refund's side effect; ``resume`` carries the thread on as a restarted host does
 (``invoke(None)``, or the user's message again if nothing of the run was saved);
-``verdict`` resumes a pause with VERDICT (JSON). The checkpointer takes 0.3 s per write, as
+``verdict`` resumes a pause with VERDICT (JSON); ``complete`` starts the thread and lets the
+refund pay; ``again`` sends the thread another message, which makes the model ask for the
+refund again (for SAFEACT_CHILD_AMOUNT, if set). The checkpointer takes 0.3 s per write, as
 a busy remote database does; in ``run`` under ``"async"`` its writes never finish, so the
-crash loses the step before the tool every time.
+crash loses the step before the tool every time. A run a replay-only process (under
+SAFEACT_REPLAY_ONLY) stops with ``ReplayOnlyError`` prints ``{"refused": key}``.
 
 The model is an agent node that asks for the refund under a tool call id new in each
 process (``call-<pid>``) until it sees the tool's answer. The last line printed is JSON:
@@ -36,7 +39,7 @@ from langgraph.graph import START, MessagesState, StateGraph
 from langgraph.prebuilt import ToolNode, tools_condition
 from langgraph.types import Command, Durability
 
-from safeact import safe
+from safeact import ReplayOnlyError, safe
 from safeact.langgraph import safe_tool
 from tests.actions import Receipt
 from tests.fake_bank import pay_refund
@@ -46,6 +49,8 @@ UNNAMED = "SAFEACT_CHILD_UNNAMED"
 """Set: the tool takes its default name (module.qualname) instead of ``refund``."""
 DEPLOYED = "SAFEACT_CHILD_DEPLOYED"
 """Set: the tool is the deployed version, with a parameter added with a default."""
+AMOUNT = "SAFEACT_CHILD_AMOUNT"
+"""The amount the model asks to refund (50 if unset)."""
 
 
 class SlowSaver(SqliteSaver):
@@ -79,7 +84,7 @@ def agent(state: MessagesState) -> dict[str, list[AIMessage]]:
         return {"messages": [AIMessage("done")]}
     call_id = f"call-{os.getpid()}"
     print("CALL", call_id, flush=True)
-    args = {"to": "a@example.com", "amount": 50}
+    args = {"to": "a@example.com", "amount": int(os.environ.get(AMOUNT, "50"))}
     return {
         "messages": [AIMessage("", tool_calls=[{"name": "refund", "args": args, "id": call_id}])]
     }
@@ -126,6 +131,13 @@ def main() -> None:
     config: RunnableConfig = {"configurable": {"thread_id": "thread-1"}}
     if mode == "verdict":
         result = app.invoke(Command(resume=json.loads(sys.argv[6])), config, durability=durability)
+    elif mode == "again":
+        again: Any = {"messages": [("user", "and refund it again")]}
+        try:
+            result = app.invoke(again, config, durability=durability)
+        except ReplayOnlyError as refused:  # the tool node raised it: the run stopped
+            print(json.dumps({"refused": refused.key}))
+            return
     elif mode == "resume":
         try:
             result = app.invoke(None, config, durability=durability)

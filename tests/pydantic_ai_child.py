@@ -10,6 +10,8 @@ new each time it is asked) asks for one refund, then answers with what the tool 
 MODE: ``run`` starts ``wf-1`` and SIGKILLs this process right after the refund's side
 effect. ``recover`` launches DBOS, which recovers ``wf-1``, and prints the workflow's result
 as JSON: the run id, the tool call id the model's (replayed) response gave, and the answer.
+``start [WORKFLOW]`` runs the workflow of that id (``wf-1``) to its end and prints its
+result as ``recover`` does, or the error it raised (``{"error": type, "key": ...}``).
 """
 
 import asyncio
@@ -67,6 +69,15 @@ def main() -> None:
     if mode == "run":
         with SetWorkflowID(WORKFLOW):
             asyncio.run(refund_order())
+    elif mode == "start":
+        ended: object
+        with SetWorkflowID(sys.argv[5] if len(sys.argv) > 5 else WORKFLOW):
+            try:
+                ended = asyncio.run(refund_order())
+            except Exception as exc:  # noqa: BLE001 - reported to the test, whatever it is
+                ended = {"error": type(exc).__name__, "key": getattr(exc, "key", None)}
+        print(json.dumps(ended), flush=True)
+        DBOS.destroy()
     else:
         print(json.dumps(DBOS.retrieve_workflow(WORKFLOW).get_result()), flush=True)
         DBOS.destroy()

@@ -1,7 +1,9 @@
 """A Temporal worker for tests/test_temporal_server.py, in this process or a child of its own.
 
 Run as a script (``python tests/temporal_worker.py ADDRESS LEDGER EFFECTS``) it serves the
-task queue until the guarded refund kills it (SIGKILL) right after its side effect.
+task queue until the guarded refund kills it (SIGKILL) right after its side effect; with
+``--serve QUEUE`` it serves that queue, paying as usual, until it is stopped (SIGTERM), and
+prints "serving" once it polls.
 """
 
 import asyncio
@@ -45,11 +47,11 @@ def refund_activity(store: Store, effects: Path, *, die: bool) -> Callable[..., 
     return guarded_activity(async_text_refunds(store, effects, ["sigkill-after"] if die else []))
 
 
-def worker(client: Client, store: Store, effects: Path, *, die: bool) -> Worker:
+def worker(client: Client, store: Store, effects: Path, *, die: bool, queue: str = QUEUE) -> Worker:
     """A worker of the refund workflow and its guarded activity (no sandbox: plain imports)."""
     return Worker(
         client,
-        task_queue=QUEUE,
+        task_queue=queue,
         workflows=[RefundOrder],
         activities=[refund_activity(store, effects, die=die)],
         workflow_runner=UnsandboxedWorkflowRunner(),
@@ -62,5 +64,17 @@ async def serve_until_killed(address: str, ledger: Path, effects: Path) -> None:
         await worker(client, store, effects, die=True).run()
 
 
+async def serve(address: str, ledger: Path, effects: Path, queue: str) -> None:
+    client = await Client.connect(address)
+    with get_store(ledger) as store:
+        async with worker(client, store, effects, die=False, queue=queue):
+            print("serving", flush=True)
+            await asyncio.Event().wait()  # until the test stops this process
+
+
 if __name__ == "__main__":
-    asyncio.run(serve_until_killed(sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])))
+    address, ledger, effects = sys.argv[1], Path(sys.argv[2]), Path(sys.argv[3])
+    if sys.argv[4:5] == ["--serve"]:
+        asyncio.run(serve(address, ledger, effects, sys.argv[5]))
+    else:
+        asyncio.run(serve_until_killed(address, ledger, effects))

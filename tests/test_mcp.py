@@ -14,7 +14,7 @@ import ipaddress
 import os
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Iterator, Mapping
 from pathlib import Path
 from typing import Any, NoReturn
 
@@ -600,8 +600,13 @@ def test_import_safeact_does_not_import_mcp() -> None:
     assert safeact.mcp.KEY == "io.safeact/key"
 
 
-def stdio_call(tmp_path: Path, mode: str, key: str) -> dict[str, Any] | str:
-    """Start a server process, call its refund with ``key`` in _meta: its result, or the error."""
+def stdio_call(
+    tmp_path: Path, mode: str, key: str, env: Mapping[str, str] | None = None
+) -> dict[str, Any] | str:
+    """Start a server process, call its refund with ``key`` in _meta: its result, or the error.
+
+    ``env`` adds to the server's environment.
+    """
     from mcp import ClientSession, StdioServerParameters
     from mcp.client.stdio import stdio_client
 
@@ -609,7 +614,7 @@ def stdio_call(tmp_path: Path, mode: str, key: str) -> dict[str, Any] | str:
     closed = exceptions.MCPError if MAJOR >= 2 else exceptions.McpError
     files = [str(tmp_path / name) for name in ("ledger.db", "effects")]
     params = StdioServerParameters(
-        command=sys.executable, args=[str(CHILD), *files, mode], env=dict(os.environ)
+        command=sys.executable, args=[str(CHILD), *files, mode], env={**os.environ, **(env or {})}
     )
 
     async def session() -> dict[str, Any] | str:
@@ -652,3 +657,32 @@ def test_a_retry_on_a_restarted_server_replays(tmp_path: Path) -> None:
     assert (first["_meta"], retry["_meta"]) == ({REPLAYED: False}, {REPLAYED: True})
     assert retry["structuredContent"] == ARGS
     assert count_effects(tmp_path / "effects", "refund") == 1
+
+
+def test_a_replay_only_server_replays_and_answers_a_new_call_with_an_error(
+    tmp_path: Path,
+) -> None:
+    """A server under SAFEACT_REPLAY_ONLY replays a recorded call; a new one is an error result."""
+    from safeact._replay_only import ENVIRONMENT
+    from tests.test_replay_only import snapshot
+
+    ledger = tmp_path / "ledger.db"
+    first = stdio_call(tmp_path, "serve", "refund-1")
+    assert isinstance(first, dict)
+    assert first["_meta"] == {REPLAYED: False}
+    before = snapshot(str(ledger))
+    replay = stdio_call(tmp_path, "serve", "refund-1", {ENVIRONMENT: "1"})
+    assert isinstance(replay, dict)
+    assert (replay["_meta"], replay["structuredContent"]) == ({REPLAYED: True}, ARGS)
+    new = stdio_call(tmp_path, "serve", "refund-2", {ENVIRONMENT: "1"})
+    assert isinstance(new, dict)
+    assert new["isError"]
+    refusal = new["structuredContent"]
+    assert (refusal["state"], refusal["key"], refusal["tool"]) == (
+        "replay_only",
+        "refund-2",
+        "refund",
+    )
+    assert "nothing ran" in new["content"][0]["text"]
+    assert count_effects(tmp_path / "effects", "refund") == 1
+    assert snapshot(str(ledger)) == before

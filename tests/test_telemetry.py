@@ -735,6 +735,7 @@ def test_the_gauge_reads_0_for_a_tool_only_another_store_called(
     assert found == {of(ledger=store.location, tool="gauged.elsewhere"): 0}
 
 
+@pytest.mark.located  # spoils a row through the ledger's location
 def test_the_gauge_counts_a_corrupt_row_in_doubt_apart(
     store: Store, reader: InMemoryMetricReader
 ) -> None:
