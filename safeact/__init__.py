@@ -1,7 +1,8 @@
 """safeact: run an AI agent's real-world actions at most once per key, across crashes.
 
-A guarded call returns an ``Outcome``: ``Succeeded``, ``Failed`` or ``InDoubt`` (the process
-stopped between the action and its record; go and check). See README.md and DESIGN.md.
+A guarded call returns an ``Outcome``: ``Succeeded``, ``Failed``, ``InDoubt`` (the process
+stopped between the action and its record; go and check) or ``AwaitingApproval`` (a tool
+that needs a person's yes, which has not been given yet). See README.md and DESIGN.md.
 """
 
 from typing import TYPE_CHECKING
@@ -9,12 +10,21 @@ from typing import TYPE_CHECKING
 from safeact._codec import register_type
 from safeact._history import Event, Why
 from safeact._keys import Key
-from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
+from safeact._outcome import AwaitingApproval, Failed, InDoubt, Outcome, Succeeded
 from safeact._owner import Owner
-from safeact._protocol import DoubtReason, Record, SagaRecord, SagaState, State
+from safeact._protocol import (
+    Approval,
+    ApprovalState,
+    DoubtReason,
+    Record,
+    SagaRecord,
+    SagaState,
+    State,
+)
 from safeact._replay_only import replay_only
 from safeact._tool import AsyncSafeTool, SafeTool, raise_on_doubt, safe
 from safeact.exceptions import (
+    AwaitingApprovalError,
     CorruptRecordError,
     FailedCallError,
     InDoubtError,
@@ -47,8 +57,12 @@ if TYPE_CHECKING:
     from safeact._store import Store
 
 __all__ = [
+    "Approval",
+    "ApprovalState",
     "Archived",
     "AsyncSafeTool",
+    "AwaitingApproval",
+    "AwaitingApprovalError",
     "CorruptRecordError",
     "DoubtReason",
     "Event",

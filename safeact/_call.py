@@ -12,6 +12,10 @@ it. The decisions themselves are ``_protocol``'s pure functions.
     Read ──► (settled) ──────────────────────────────────────► replay          (return)
       │
       ├──► (no row, or RELEASED) ─► Claim ─► Act ─► Finish ─────► Succeeded / Failed
+      │      a tool that needs approval first reads its gate (ReadApproval):
+      │        none yet, or used by a released attempt ─► RequestApproval, Read again
+      │        pending ─► AwaitingApproval; denied ─► Failed (safeact.Denied)
+      │        approved ─► Claim, consuming it in the claim's transaction
       │                               └─ lost the race: Read again
       └──► (unsettled) ─► Look ─► owner alive:  Pause, Read again; out of time: InDoubt
                                 └► abandoned:   Mark ─► (Ask the probe once) ─► InDoubt
@@ -30,17 +34,30 @@ from typing import TYPE_CHECKING, TypeAlias, cast
 import attrs
 
 from safeact._codec import ResultNotStorableError
-from safeact._outcome import Failed, Outcome, Succeeded, in_doubt_from
+from safeact._outcome import (
+    Failed,
+    Outcome,
+    Succeeded,
+    awaiting_from,
+    denied_from,
+    in_doubt_from,
+)
 from safeact._protocol import (
     UNSETTLED,
+    Approval,
+    AskApproval,
+    Await,
+    Denial,
     Doubt,
     DoubtReason,
+    Go,
     Record,
     Replay,
     Run,
     State,
     Step,
     Wait,
+    approval_step,
     checkpoint,
     may_mark,
     next_step,
@@ -63,7 +80,9 @@ __all__ = [
     "Pause",
     "Raised",
     "Read",
+    "ReadApproval",
     "Request",
+    "RequestApproval",
     "Returned",
     "Sighting",
     "guarded_call",
@@ -78,6 +97,27 @@ class Read:
     """Answer with the key's record now: ``Record | None``."""
 
     key: str
+
+
+@attrs.frozen
+class ReadApproval:
+    """Answer with the key's approval now: ``Approval | None``."""
+
+    key: str
+
+
+@attrs.frozen
+class RequestApproval:
+    """Record a request for approval of this call (``previous``: a consumed one to ask again).
+
+    Answer with ``None``; another caller's request that came first is as good.
+    """
+
+    key: str
+    args_hash: str
+    previous: Approval | None
+    arguments: str | None = None
+    """The call's arguments as JSON text for display, when the tool keeps them."""
 
 
 @attrs.frozen
@@ -107,6 +147,10 @@ class Claim:
     key: str
     args_hash: str
     previous: Record | None
+    approval: Approval | None = None
+    """The approval this claim consumes, in its transaction; if it cannot, answer ``None``."""
+    arguments: str | None = None
+    """The call's arguments as JSON text for display, when the tool keeps them."""
 
 
 @attrs.frozen
@@ -179,7 +223,9 @@ class Finish:
     doubt_reason: DoubtReason | None = None
 
 
-Request: TypeAlias = Read | Look | Claim | Mark | Ask | Pause | Act | Finish
+Request: TypeAlias = (
+    Read | ReadApproval | RequestApproval | Look | Claim | Mark | Ask | Pause | Act | Finish
+)
 """What a guarded call asks of its driver."""
 
 _SEEN_NOTHING = Sighting(gone=False, lost=False)
@@ -198,6 +244,8 @@ def guarded_call(  # noqa: PLR0913 - the call, and what of its tool the rules ne
     monotonic: Callable[[], float] = time.monotonic,
     former_hash: Callable[[], str] | None = None,
     replay_only: bool = False,
+    gated: bool = False,
+    arguments: str | None = None,
 ) -> Generator[Request, object, Outcome[object]]:
     """Make one call of ``tool`` with ``args_hash`` under ``key``; return its ``Outcome``.
 
@@ -207,11 +255,14 @@ def guarded_call(  # noqa: PLR0913 - the call, and what of its tool the rules ne
     to ask once when the key is in doubt; ``replay`` rebuilds a settled record's outcome;
     ``encode`` stores a result (raising ``ResultNotStorableError`` when it cannot).
     ``replay_only``: ask for nothing that writes; a key in doubt is returned as read.
+    ``gated``: the tool needs a person's approval before each claim (``approval_step``);
+    waiting for it returns ``AwaitingApproval`` at once, never blocking. ``arguments``: the
+    call's arguments as JSON text, kept with its claim and its request for display.
 
     Raises:
         KeyConflictError: the key is recorded for another tool or other arguments.
-        ReplayOnlyError: ``replay_only``, and the call would claim the key; nothing was
-            asked that writes.
+        ReplayOnlyError: ``replay_only``, and the call would claim the key or ask for an
+            approval; nothing was asked that writes.
 
     """
     deadline, pause, probed = monotonic() + wait, FIRST_PAUSE, False
@@ -223,9 +274,15 @@ def guarded_call(  # noqa: PLR0913 - the call, and what of its tool the rules ne
             case Replay(stored):
                 return replay(stored)
             case Run(previous):
-                claimed = yield from _claim(key, args_hash, tool, previous, replay_only=replay_only)
-                if claimed is not None:
-                    return (yield from _run(claimed, tool, encode))
+                outcome = yield from _claimed_run(
+                    Claim(key, args_hash, previous, None, arguments),
+                    tool,
+                    encode,
+                    gated=gated,
+                    replay_only=replay_only,
+                )
+                if outcome is not None:
+                    return outcome
             case Doubt(unsettled, reason):
                 if marking and may_mark(unsettled, reason) and not (yield Mark(unsettled, reason)):
                     continue  # the row moved on before it could be marked: decide again
@@ -264,19 +321,70 @@ def _decide(
     )
 
 
+def _claimed_run(
+    claim: Claim,
+    tool: str,
+    encode: Callable[[object], JSON],
+    *,
+    gated: bool,
+    replay_only: bool,
+) -> Generator[Request, object, Outcome[object] | None]:
+    """Pass the gate (if ``gated``), claim, run: the outcome, or None to decide again.
+
+    None when the call asked for an approval, or lost the claim to another caller.
+    """
+    if gated:
+        gate = yield from _gate(
+            claim.key, claim.args_hash, tool, claim.arguments, replay_only=replay_only
+        )
+        if gate is None:
+            return None
+        if not isinstance(gate, Approval):
+            return gate
+        claim = attrs.evolve(claim, approval=gate)
+    claimed = yield from _claim(claim, tool, replay_only=replay_only)
+    if claimed is None:
+        return None
+    return (yield from _run(claimed, tool, encode))
+
+
+def _gate(
+    key: str, args_hash: str, tool: str, arguments: str | None, *, replay_only: bool
+) -> Generator[Request, object, Approval | Outcome[object] | None]:
+    """Pass the key's approval gate: the approval to consume, the outcome, or None (asked).
+
+    Raises:
+        KeyConflictError: the approval is for another tool or other arguments.
+        ReplayOnlyError: ``replay_only``, and the call would ask for an approval.
+
+    """
+    match approval_step(cast("Approval | None", (yield ReadApproval(key))), tool, args_hash):
+        case Go(approval):
+            return approval
+        case Await(pending):
+            return awaiting_from(pending)
+        case Denial(denied):
+            return denied_from(denied)
+        case AskApproval(previous):
+            if replay_only:
+                raise ReplayOnlyError(key, tool)
+            yield RequestApproval(key, args_hash, previous, arguments)
+            return None
+
+
 def _claim(
-    key: str, args_hash: str, tool: str, previous: Record | None, *, replay_only: bool
+    claim: Claim, tool: str, *, replay_only: bool
 ) -> Generator[Request, object, Record | None]:
-    """Claim the key for a new attempt; None if the row changed first.
+    """Make ``claim``; None if the row (or the approval it consumes) changed first.
 
     Raises:
         ReplayOnlyError: ``replay_only``: a claim is the first write of an action.
 
     """
     if replay_only:
-        raise ReplayOnlyError(key, tool)
+        raise ReplayOnlyError(claim.key, tool)
     checkpoint("before_claim")
-    return cast("Record | None", (yield Claim(key, args_hash, previous)))
+    return cast("Record | None", (yield claim))
 
 
 def _run(

@@ -56,7 +56,7 @@ class Executor(Protocol):
 COLUMNS = (
     "key, tool, state, args_hash, attempt_id, attempted_at, owner_host, owner_boot, owner_pid, "
     "owner_started, owner_machine, owner_pidns, lease_until, finished_at, result, error_type, "
-    "error_message, doubt_reason, owner_group"
+    "error_message, doubt_reason, owner_group, arguments"
 )
 """The columns of ``calls`` that ``read_record`` reads, in its order."""
 

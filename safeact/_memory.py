@@ -34,7 +34,7 @@ from safeact.exceptions import StoreError
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from safeact._protocol import Record
+    from safeact._protocol import Approval, Record
 
 __all__ = ["MemoryStore", "memory_ledger"]
 
@@ -136,11 +136,21 @@ class MemoryStore(SqliteStore):
         attempt_id: str,
         previous: Record | None,
         shape: str | None = None,
+        approval: Approval | None = None,
+        arguments: str | None = None,
     ) -> Record | None:
         """Claim as ``Store`` does: there is no file to check first."""
         # Store's claim, skipping SqliteStore's, which first checks the file under its name.
         return Store._claim(
-            self, key, tool, args_hash, attempt_id=attempt_id, previous=previous, shape=shape
+            self,
+            key,
+            tool,
+            args_hash,
+            attempt_id=attempt_id,
+            previous=previous,
+            shape=shape,
+            approval=approval,
+            arguments=arguments,
         )
 
     def _close_connections(self) -> None:

@@ -1,4 +1,4 @@
-"""The three outcomes of a guarded call, and their bridges to exceptions and to ``returns``."""
+"""The four outcomes of a guarded call, and their bridges to exceptions and to ``returns``."""
 
 from __future__ import annotations
 
@@ -7,13 +7,15 @@ from typing import TYPE_CHECKING, Generic, NoReturn, TypeAlias, TypeVar, final
 
 import attrs
 
-from safeact._protocol import DoubtReason, Record
-from safeact.exceptions import FailedCallError, InDoubtError
+from safeact._protocol import DENIED, Approval, DoubtReason, Record, denial_message
+from safeact.exceptions import AwaitingApprovalError, FailedCallError, InDoubtError
 
 if TYPE_CHECKING:
     from returns.result import Result
 
-__all__ = ["Failed", "InDoubt", "Outcome", "Succeeded"]
+    from safeact._json import JSON
+
+__all__ = ["AwaitingApproval", "Failed", "InDoubt", "Outcome", "Succeeded"]
 
 T_co = TypeVar("T_co", covariant=True)
 
@@ -35,7 +37,7 @@ class Succeeded(Generic[T_co]):
     replayed: bool = False
     recorded: bool = True
 
-    def to_result(self) -> Result[T_co, InDoubt | Failed]:
+    def to_result(self) -> Result[T_co, InDoubt | Failed | AwaitingApproval]:
         """Return ``Success(value)``."""
         from returns.result import Success  # noqa: PLC0415 - keeps `import safeact` light
 
@@ -69,7 +71,7 @@ class InDoubt:
     note: str | None = None
     attempt_id: str | None = None
 
-    def to_result(self) -> Result[NoReturn, InDoubt | Failed]:
+    def to_result(self) -> Result[NoReturn, InDoubt | Failed | AwaitingApproval]:
         """Return ``Failure(self)``."""
         from returns.result import Failure  # noqa: PLC0415 - keeps `import safeact` light
 
@@ -107,7 +109,7 @@ class Failed:
     recorded: bool = True
     exception: Exception | None = attrs.field(default=None, eq=False, repr=False)
 
-    def to_result(self) -> Result[NoReturn, InDoubt | Failed]:
+    def to_result(self) -> Result[NoReturn, InDoubt | Failed | AwaitingApproval]:
         """Return ``Failure(self)``."""
         from returns.result import Failure  # noqa: PLC0415 - keeps `import safeact` light
 
@@ -118,6 +120,48 @@ class Failed:
         raise FailedCallError(self.key, self.tool, self.error_type, self.message) from (
             self.exception
         )
+
+
+@final
+@attrs.frozen
+class AwaitingApproval:
+    """The action waits for a person's approval; nothing ran, and nothing waits in this call.
+
+    The request is in the ledger, bound to ``key``, ``tool`` and ``args_hash`` (the digest of
+    the arguments): a person approves or denies it (``safeact approve``, ``Store.approve``),
+    and the next call with the same arguments runs the action once, or gets the denial as a
+    ``Failed``. ``requested_at`` is when it was first asked (timezone-aware UTC);
+    ``arguments`` are what the person is shown, when the tool keeps them (redacted as it
+    declares), else ``None``. Never a doubt: the action has not begun.
+    """
+
+    key: str
+    tool: str
+    requested_at: datetime
+    args_hash: str
+    arguments: JSON = None
+
+    def to_result(self) -> Result[NoReturn, InDoubt | Failed | AwaitingApproval]:
+        """Return ``Failure(self)``."""
+        from returns.result import Failure  # noqa: PLC0415 - keeps `import safeact` light
+
+        return Failure(self)
+
+    def unwrap(self) -> NoReturn:
+        """Raise ``AwaitingApprovalError`` carrying the request."""
+        raise AwaitingApprovalError(self.key, self.tool, self.requested_at, self.args_hash)
+
+
+def awaiting_from(approval: Approval) -> AwaitingApproval:
+    """The ``AwaitingApproval`` of a pending request."""
+    return AwaitingApproval(
+        approval.key, approval.tool, approval.requested_at, approval.args_hash, approval.arguments
+    )
+
+
+def denied_from(approval: Approval) -> Failed:
+    """The ``Failed`` a denied request replays: ``safeact.Denied``, who denied it and why."""
+    return Failed(approval.key, approval.tool, DENIED, denial_message(approval), replayed=True)
 
 
 def failed_from(record: Record) -> Failed:
@@ -144,6 +188,7 @@ def in_doubt_from(record: Record, reason: DoubtReason, note: str | None = None) 
     )
 
 
-Outcome: TypeAlias = Succeeded[T_co] | InDoubt | Failed
-"""What a guarded call returns. Write ``Outcome[Receipt]``; a bare ``Outcome`` is an error
+Outcome: TypeAlias = Succeeded[T_co] | InDoubt | Failed | AwaitingApproval
+"""What a guarded call returns (``AwaitingApproval`` only from a tool that needs approval).
+Write ``Outcome[Receipt]``; a bare ``Outcome`` is an error
 under ``mypy --strict``."""

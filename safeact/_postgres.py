@@ -26,7 +26,7 @@ from safeact._dsn import PostgresLocation, parse_location
 from safeact._ledger import LEASE, Cursor
 from safeact._liveness import stop_heartbeats
 from safeact._owner import Owner
-from safeact._protocol import Record
+from safeact._protocol import Approval, Record
 from safeact._schema import BUSY_TIMEOUT
 from safeact._settings import whole
 from safeact._store import Store
@@ -135,6 +135,26 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             schema_version INTEGER NOT NULL,
             PRIMARY KEY (name)
         )""",
+    ),
+    # 5 -> 6: approvals, and a call's arguments kept for display (see safeact._schema).
+    5: (
+        "ALTER TABLE calls ADD COLUMN arguments TEXT",
+        """CREATE TABLE approvals (
+            key            TEXT NOT NULL,
+            tool           TEXT NOT NULL,
+            args_hash      TEXT NOT NULL,
+            state          TEXT NOT NULL
+                           CHECK (state IN ('pending', 'approved', 'denied', 'consumed')),
+            requested_at   TEXT NOT NULL,
+            decided_at     TEXT,
+            decided_by     TEXT,
+            note           TEXT,
+            attempt_id     TEXT,
+            arguments      TEXT,
+            schema_version INTEGER NOT NULL,
+            PRIMARY KEY (key)
+        )""",
+        "CREATE INDEX approvals_pending ON approvals (requested_at) WHERE state = 'pending'",
     ),
 }
 """PostgreSQL ledgers began at schema 2: there is no step from 1."""
@@ -375,11 +395,20 @@ class PostgresStore(Store):
         attempt_id: str,
         previous: Record | None,
         shape: str | None = None,
+        approval: Approval | None = None,
+        arguments: str | None = None,
     ) -> Record | None:
         """Hold this process's liveness lock, then claim as ``Store.claim`` does."""
         self._hold_liveness()
         return super()._claim(
-            key, tool, args_hash, attempt_id=attempt_id, previous=previous, shape=shape
+            key,
+            tool,
+            args_hash,
+            attempt_id=attempt_id,
+            previous=previous,
+            shape=shape,
+            approval=approval,
+            arguments=arguments,
         )
 
     def _hold_liveness(self) -> None:

@@ -50,6 +50,19 @@ A row is written only by the owner of the current attempt (identified by ``attem
 never by a forked child of the owner), by a caller that finds the attempt abandoned (which
 marks it IN_DOUBT, or records proof on a row in doubt on suspicion), or by ``resolve`` and
 probes. A new attempt gets a new ``attempt_id``, so a stale owner cannot overwrite it.
+
+A tool that needs a person's approval (``safe(..., approval=True)``) puts a gate before the
+claim, kept in a row of its own beside the key's (``Approval``)::
+
+      (no approval) ── request ──► PENDING ── approve ──► APPROVED ── claim ──► CONSUMED
+                                      │                      │   (same transaction)  │
+                                      └────── deny ──────────┴──► DENIED (final)      │
+      a release of the attempt it authorized (RELEASED) ── asks again ──► PENDING ◄───┘
+
+The gate is asked only where the key would be claimed (no row, or RELEASED): a settled or
+unsettled key is decided as above, whatever its approval says. An approval is bound to the
+key, the tool and the argument digest it was requested for, and consumed by the claim it
+authorizes, in the claim's own transaction: one approval authorizes at most one attempt.
 """
 
 from __future__ import annotations
@@ -74,14 +87,22 @@ if TYPE_CHECKING:
 
 __all__ = [
     "CALL_CHECKPOINTS",
+    "DENIED",
     "JSON",
     "NO_RESULT",
     "OWNER_KNOWS",
     "PROOF",
     "SUSPICION",
+    "Approval",
+    "ApprovalState",
+    "AskApproval",
+    "Await",
     "Checkpoint",
+    "Denial",
     "Doubt",
     "DoubtReason",
+    "Gate",
+    "Go",
     "Record",
     "Refusal",
     "Replay",
@@ -93,11 +114,14 @@ __all__ = [
     "Wait",
     "abandonment",
     "amend_refusal",
+    "approval_step",
     "as_seen",
     "check_decision",
     "check_resolvable",
     "checkpoint",
     "checkpoint_hook",
+    "decision_refusal",
+    "denial_message",
     "may_mark",
     "next_step",
     "owner_may_write",
@@ -142,7 +166,8 @@ class Record:
     ``error_type`` and ``error_message`` say why the action failed, or, on an IN_DOUBT row
     whose result could not be stored, what went wrong. ``owner`` claimed the current attempt;
     ``lease_until`` is when its lease runs out unless its heartbeat renews it;
-    ``doubt_reason`` says why an IN_DOUBT row is in doubt.
+    ``doubt_reason`` says why an IN_DOUBT row is in doubt. ``arguments`` are the call's
+    arguments as JSON, redacted, for a tool that keeps them for display; else ``None``.
     """
 
     key: str
@@ -158,6 +183,7 @@ class Record:
     error_type: str | None = None
     error_message: str | None = None
     doubt_reason: DoubtReason | None = None
+    arguments: JSON = None
 
 
 PROOF = frozenset({DoubtReason.CRASHED})
@@ -482,6 +508,145 @@ class SagaRecord:
     compensations: tuple[str | None, ...] = ()
     aborted_step: str | None = None
     abort_reason: str | None = None
+
+
+class ApprovalState(enum.Enum):
+    """Where a key's approval stands (see the module's second diagram)."""
+
+    PENDING = "pending"
+    """Requested; waits for a person. The call returns ``AwaitingApproval``."""
+    APPROVED = "approved"
+    """A person approved this key, tool and argument digest; the next claim consumes it."""
+    DENIED = "denied"
+    """A person denied it: final for the key, replayed as a ``Failed`` (``safeact.Denied``)."""
+    CONSUMED = "consumed"
+    """A claim took it, in the claim's transaction: it authorizes nothing more."""
+
+
+DENIED = "safeact.Denied"
+"""The error type a denied call's ``Failed`` carries."""
+
+
+@attrs.frozen(kw_only=True)
+class Approval:
+    """A key's approval request and the decision on it.
+
+    Bound to ``key``, ``tool`` and ``args_hash``: it authorizes that call only. ``decided_by``
+    and ``note`` are the person's; ``attempt_id`` is the attempt that consumed it.
+    ``arguments`` are the call's arguments as JSON, redacted as the tool declares, when the
+    tool keeps them for display (``keep_arguments``); ``None`` otherwise.
+    """
+
+    key: str
+    tool: str
+    args_hash: str
+    state: ApprovalState
+    requested_at: datetime
+    decided_at: datetime | None = None
+    decided_by: str | None = None
+    note: str | None = None
+    attempt_id: str | None = None
+    arguments: JSON = None
+
+
+@attrs.frozen
+class AskApproval:
+    """Record a request for approval (``previous``: the consumed approval it replaces)."""
+
+    previous: Approval | None
+
+
+@attrs.frozen
+class Await:
+    """A person has not decided ``approval`` yet: return ``AwaitingApproval``; nothing runs."""
+
+    approval: Approval
+
+
+@attrs.frozen
+class Denial:
+    """A person denied ``approval``: return it as a ``Failed``; nothing runs, ever."""
+
+    approval: Approval
+
+
+@attrs.frozen
+class Go:
+    """``approval`` authorizes this call: claim the key, consuming it in the same transaction."""
+
+    approval: Approval
+
+
+Gate: TypeAlias = AskApproval | Await | Denial | Go
+
+
+def approval_step(approval: Approval | None, tool: str, args_hash: str) -> Gate:
+    """Decide what a call of ``tool`` with ``args_hash`` that would claim its key does.
+
+    Asked only where ``next_step`` said ``Run``: the key has no row, or is RELEASED. No
+    approval yet: ask for one. A consumed one authorized an attempt that is now over
+    without having run (released, or purged): ask again, since it authorized at most one.
+
+    Raises:
+        KeyConflictError: the approval is for another tool or other arguments.
+
+    """
+    if approval is None:
+        return AskApproval(None)
+    if approval.tool != tool or approval.args_hash != args_hash:
+        recorded = (
+            f"for tool {approval.tool!r}, not {tool!r}"
+            if approval.tool != tool
+            else f"for other arguments (args hash {approval.args_hash[:12]}, not {args_hash[:12]})"
+        )
+        raise KeyConflictError(
+            approval.key,
+            f"has an approval request {recorded}",
+            tool=tool,
+            args_hash=args_hash,
+            recorded_tool=approval.tool,
+            recorded_args_hash=approval.args_hash,
+        )
+    match approval.state:
+        case ApprovalState.PENDING:
+            return Await(approval)
+        case ApprovalState.APPROVED:
+            return Go(approval)
+        case ApprovalState.DENIED:
+            return Denial(approval)
+        case ApprovalState.CONSUMED:
+            return AskApproval(approval)
+
+
+def denial_message(approval: Approval) -> str:
+    """What a denied call's ``Failed`` says: who denied it, and their note."""
+    said = f"denied by {approval.decided_by}"
+    return said if approval.note is None else f"{said}: {approval.note}"
+
+
+def decision_refusal(
+    approval: Approval | None, key: str, *, approve: bool, args_hash: str | None
+) -> str | None:
+    """Why a person's ``approve`` (or deny) of ``key`` may not be recorded; None if it may.
+
+    Only a pending request can be approved; a pending or an approved (not yet consumed) one
+    can be denied. ``args_hash``, when given, is the digest the person saw: a request for
+    other arguments is not the one they decided.
+    """
+    verb = "approve" if approve else "deny"
+    if approval is None:
+        return f"cannot {verb} key {key!r}: no approval was requested for it"
+    if args_hash is not None and approval.args_hash != args_hash:
+        return (
+            f"cannot {verb} key {key!r}: its request is for args hash "
+            f"{approval.args_hash[:12]}, not {args_hash[:12]}; look at it again"
+        )
+    allowed = (
+        {ApprovalState.PENDING} if approve else {ApprovalState.PENDING, ApprovalState.APPROVED}
+    )
+    if approval.state not in allowed:
+        return f"cannot {verb} key {key!r}: its approval is {approval.state.value}"
+    return None
 
 
 Checkpoint: TypeAlias = Literal[

@@ -18,7 +18,15 @@ import attrs
 
 from safeact._history import Event, Why
 from safeact._owner import Owner
-from safeact._protocol import DoubtReason, Record, SagaRecord, SagaState, State
+from safeact._protocol import (
+    Approval,
+    ApprovalState,
+    DoubtReason,
+    Record,
+    SagaRecord,
+    SagaState,
+    State,
+)
 from safeact.exceptions import CorruptRecordError
 
 if TYPE_CHECKING:
@@ -28,10 +36,12 @@ if TYPE_CHECKING:
     from safeact._protocol import JSON
 
 __all__ = [
+    "APPROVAL_COLUMNS",
     "Reading",
     "each",
     "event_values",
     "member",
+    "read_approval",
     "read_event",
     "read_late",
     "read_record",
@@ -66,6 +76,13 @@ _ROWS = {
     ),
     "sagas": ("saga", "Restore the row from a backup or correct it by hand"),
     "saga_steps": ("a step of saga", "Restore the row from a backup or correct it by hand"),
+    "approvals": (
+        "approval of key",
+        (
+            "safeact runs nothing under this key until the row is mended: restore it from a "
+            "backup, or delete it by hand so that the next call asks for approval again"
+        ),
+    ),
 }
 """For each table: how its rows are named for people, and what to do about a corrupt one."""
 
@@ -284,6 +301,7 @@ def read_record(ledger: str, row: tuple[object, ...]) -> Record:
             doubt_reason=(
                 None if doubt_reason is None else member("doubt_reason", doubt_reason, DoubtReason)
             ),
+            arguments=None if row[19] is None else _json("arguments", row[19]),
         )
     except _Unreadable as exc:
         raise _corrupt(ledger, "calls", key, exc) from None
@@ -302,6 +320,35 @@ def _owner(columns: tuple[object, ...]) -> Owner:
         text_of("owner_pidns", pidns),
         _integer("owner_group", group),
     )
+
+
+APPROVAL_COLUMNS = (
+    "key, tool, args_hash, state, requested_at, decided_at, decided_by, note, attempt_id, arguments"
+)
+"""The columns of ``approvals`` that ``read_approval`` reads, in its order."""
+
+
+def read_approval(ledger: str, row: tuple[object, ...]) -> Approval:
+    """Read one row of ``approvals`` (``APPROVAL_COLUMNS``, in order) as an ``Approval``.
+
+    Raises:
+        CorruptRecordError: a column holds what safeact never writes there.
+
+    """
+    key, tool, args_hash, state, requested_at, decided_at, decided_by, note, attempt, args = row
+    with Reading(ledger, "approvals", key):
+        return Approval(
+            key=text_of("key", key),
+            tool=text_of("tool", tool),
+            args_hash=text_of("args_hash", args_hash),
+            state=member("state", state, ApprovalState),
+            requested_at=_moment("requested_at", requested_at),
+            decided_at=_optional_moment("decided_at", decided_at),
+            decided_by=_optional_text("decided_by", decided_by),
+            note=_optional_text("note", note),
+            attempt_id=_optional_text("attempt_id", attempt),
+            arguments=None if args is None else _json("arguments", args),
+        )
 
 
 def read_late(ledger: str, current: Record, row: tuple[object, ...]) -> Record:

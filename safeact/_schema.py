@@ -79,6 +79,27 @@ _MIGRATIONS: dict[int, tuple[str, ...]] = {
             PRIMARY KEY (name)
         ) WITHOUT ROWID""",
     ),
+    # 5 -> 6: approvals, and a call's arguments kept for display. Keys recorded before have
+    # neither: their tools needed no approval, and kept no arguments.
+    5: (
+        "ALTER TABLE calls ADD COLUMN arguments TEXT",
+        """CREATE TABLE approvals (
+            key            TEXT NOT NULL,
+            tool           TEXT NOT NULL,
+            args_hash      TEXT NOT NULL,
+            state          TEXT NOT NULL
+                           CHECK (state IN ('pending', 'approved', 'denied', 'consumed')),
+            requested_at   TEXT NOT NULL,
+            decided_at     TEXT,
+            decided_by     TEXT,
+            note           TEXT,
+            attempt_id     TEXT,
+            arguments      TEXT,
+            schema_version INTEGER NOT NULL,
+            PRIMARY KEY (key)
+        ) WITHOUT ROWID""",
+        "CREATE INDEX approvals_pending ON approvals (requested_at) WHERE state = 'pending'",
+    ),
 }
 
 

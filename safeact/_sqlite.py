@@ -30,7 +30,7 @@ if TYPE_CHECKING:
     from collections.abc import Iterator
 
     from safeact._ledger import Executor
-    from safeact._protocol import Record
+    from safeact._protocol import Approval, Record
 
 __all__ = ["SqliteStore"]
 
@@ -274,6 +274,8 @@ class SqliteStore(Store):
         attempt_id: str,
         previous: Record | None,
         shape: str | None = None,
+        approval: Approval | None = None,
+        arguments: str | None = None,
     ) -> Record | None:
         """Check the file is still this ledger's under its one name, then claim as ``Store``.
 
@@ -286,7 +288,14 @@ class SqliteStore(Store):
         """
         check_still_one_name(self._name, self._id)
         return super()._claim(
-            key, tool, args_hash, attempt_id=attempt_id, previous=previous, shape=shape
+            key,
+            tool,
+            args_hash,
+            attempt_id=attempt_id,
+            previous=previous,
+            shape=shape,
+            approval=approval,
+            arguments=arguments,
         )
 
     def _check_only_name_here(self) -> None:

@@ -3,6 +3,7 @@
 | job | module |
 |---|---|
 | a key's transitions: claim, outcome, doubt, resolve, amend | ``_transitions`` |
+| approvals: requests, a person's approve and deny | ``_approvals`` |
 | the audit trail and late completions | ``_audit`` |
 | sagas' rows | ``_saga_rows`` |
 | listings and counts for the CLI | ``_listing`` |
@@ -23,6 +24,7 @@ from typing import TYPE_CHECKING, Self
 import attrs
 
 import safeact._telemetry as telemetry
+from safeact._approvals import Approvals
 from safeact._archive import Archiving
 from safeact._audit import Audit
 from safeact._codec import encode_untyped
@@ -48,7 +50,7 @@ if TYPE_CHECKING:
 __all__ = ["Store"]
 
 
-class Store(KeyTransitions, Audit, SagaRows, Listing, Retention, Archiving, Liveness):
+class Store(KeyTransitions, Approvals, Audit, SagaRows, Listing, Retention, Archiving, Liveness):
     """A ledger of keys, shared safely by threads, processes and (on PostgreSQL) hosts.
 
     The database, never a lock in this process, decides which caller wins a key. Use as a

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import attrs
 
-from safeact._protocol import UNSETTLED, SagaState, State
+from safeact._protocol import UNSETTLED, ApprovalState, SagaState, State
 
 __all__ = [
     "SCHEMA_VERSION",
@@ -26,7 +26,7 @@ __all__ = [
     "sqlite_ddl",
 ]
 
-SCHEMA_VERSION = 5
+SCHEMA_VERSION = 6
 """The version of the schema declared here. A change to ``TABLES`` bumps it and adds, for
 each database, the migration step from the version before."""
 
@@ -123,6 +123,9 @@ TABLES = (
             Column("owner_pidns", TEXT, default="''"),
             # Schema 4. Attempts from before have none: 0 is "not known".
             Column("owner_group", BIGINT, default="0"),
+            # Schema 6. The call's arguments as JSON, redacted, kept only for a tool that
+            # keeps them for display (``keep_arguments``); NULL otherwise.
+            Column("arguments", TEXT, null=True),
         ),
         key=("key",),
         indexes=(Index("calls_unsettled", ("attempted_at",), where=f"state IN ({UNSETTLED_SQL})"),),
@@ -201,6 +204,31 @@ TABLES = (
             Column("schema_version", INTEGER),
         ),
         key=("name",),
+    ),
+    # Schema 6: each key's approval, for a tool that needs one (``safeact._protocol``'s gate).
+    Table(
+        "approvals",
+        (
+            Column("key", TEXT),
+            Column("tool", TEXT),
+            Column("args_hash", TEXT),
+            Column("state", TEXT, one_of=tuple(s.value for s in ApprovalState)),
+            Column("requested_at", TEXT),
+            Column("decided_at", TEXT, null=True),
+            Column("decided_by", TEXT, null=True),
+            Column("note", TEXT, null=True),
+            Column("attempt_id", TEXT, null=True),
+            Column("arguments", TEXT, null=True),
+            Column("schema_version", INTEGER),
+        ),
+        key=("key",),
+        indexes=(
+            Index(
+                "approvals_pending",
+                ("requested_at",),
+                where=f"state = '{ApprovalState.PENDING.value}'",
+            ),
+        ),
     ),
 )
 

@@ -36,7 +36,7 @@ from typing import TYPE_CHECKING, Concatenate, ParamSpec, Self, TypeVar, cast
 import attrs
 
 from safeact._history import Why
-from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
+from safeact._outcome import AwaitingApproval, Failed, InDoubt, Outcome, Succeeded
 from safeact._protocol import DoubtReason, Record, State
 
 if TYPE_CHECKING:
@@ -417,13 +417,15 @@ def _outcome_fields(outcome: Outcome[object]) -> dict[str, object]:
                 "doubt_reason": reason.value,
                 "attempt_id": attempt_id,
             }
+        case AwaitingApproval():
+            return {"outcome": "awaiting_approval", "replayed": False}
 
 
 def _level(outcome: Outcome[object]) -> int:
     """The level of a call's record: what needs a person is WARNING; what ran normally, less.
 
     In doubt (but in flight: the owner is still running), or ran without its outcome
-    stored: WARNING. The action raised now: INFO. Succeeded, or a failure replayed: DEBUG.
+    stored: WARNING. The action raised now, or it waits for approval: INFO. Succeeded, or a failure replayed: DEBUG.
     """
     match outcome:
         case Succeeded(recorded=False) | Failed(recorded=False):
@@ -436,6 +438,8 @@ def _level(outcome: Outcome[object]) -> int:
             return logging.INFO
         case InDoubt():
             return logging.WARNING
+        case AwaitingApproval():
+            return logging.INFO  # a person is asked; nothing went wrong
 
 
 def _said(fields: dict[str, object]) -> str:

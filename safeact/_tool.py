@@ -45,13 +45,16 @@ from safeact._call import (
     Pause,
     Raised,
     Read,
+    ReadApproval,
     Request,
+    RequestApproval,
     Returned,
     Sighting,
     guarded_call,
     message_of,
 )
 from safeact._codec import ResultNotStorableError, check_return_type, decode, encode
+from safeact._display import Display, check_redact
 from safeact._history import Why
 from safeact._keys import (
     ArgsHash,
@@ -72,11 +75,12 @@ from safeact._protocol import (
     utc_now,
 )
 from safeact._replay_only import in_force as replay_only_in_force
-from safeact._settings import optional_callable, optional_text, seconds
-from safeact.exceptions import StoreError
+from safeact._settings import flag, optional_callable, optional_text, seconds
+from safeact.exceptions import SafeError, StoreError
 
 if TYPE_CHECKING:
     from safeact._open import StoreHandle
+    from safeact._protocol import Approval
     from safeact._reconcile import Probe
     from safeact._store import Store
 
@@ -117,6 +121,16 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
     that raises) leaves it in doubt and the call returns ``InDoubt``. An ``async def``
     function becomes an ``AsyncSafeTool`` (its probe runs in a worker thread).
 
+    ``approval=True`` makes each key wait for a person's yes before its action runs: the
+    first call records a request and returns ``AwaitingApproval`` (nothing blocks); once
+    ``approve`` is given for that key and those arguments, the next call runs the action,
+    consuming the approval in its claim's transaction; after ``deny``, calls return a
+    ``Failed`` (``safeact.Denied``) and nothing ever runs under the key.
+    ``keep_arguments=True`` keeps each call's arguments in the ledger for people to read
+    (``safeact show``, ``doubt``, ``approvals``), never by default; ``redact`` names the
+    fields replaced with ``"[redacted]"`` before they are written: parameters
+    (``"card"``) or fields inside them (``"payment.card_number"``).
+
     ``ignore`` names parameters left out of the args hash, such as an injected HTTP client
     or logger: they are still passed to the function, but a retry with another value of
     them replays instead of conflicting. A call refuses (``TypeError``, before anything
@@ -134,7 +148,17 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
 
     """
 
-    __slots__ = ("_compensate", "_ignore", "_name", "_reconcile", "_store", "_wait")
+    __slots__ = (
+        "_approval",
+        "_compensate",
+        "_ignore",
+        "_keep_arguments",
+        "_name",
+        "_reconcile",
+        "_redact",
+        "_store",
+        "_wait",
+    )
 
     def __init__(  # noqa: PLR0913 - one keyword per setting
         self,
@@ -145,9 +169,19 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
         compensate: Compensation | None = None,
         reconcile: Probe[object] | None = None,
         ignore: Iterable[str] = (),
+        approval: bool = False,
+        keep_arguments: bool = False,
+        redact: Iterable[str] = (),
     ) -> None:
         """Check the settings; a ledger given by its location is opened at first use."""
         names = ignored_names(ignore)
+        flag("approval", approval)
+        flag("keep_arguments", keep_arguments)
+        if isinstance(redact, str):
+            raise TypeError(f"redact must be a collection of names: redact=({redact!r},)")
+        redact = tuple(redact)
+        if redact and not keep_arguments:
+            raise ValueError("redact= goes with keep_arguments=True: nothing is kept otherwise")
         if optional_text("name", name) == "":
             raise ValueError("name must be a non-empty string, or None for module.qualname")
         wait = seconds("wait", wait, zero=True)
@@ -162,6 +196,9 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
         self._compensate = compensate
         self._reconcile = reconcile
         self._ignore = names
+        self._approval = approval
+        self._keep_arguments = keep_arguments
+        self._redact = redact
 
     @overload
     def __call__(  # type: ignore[overload-overlap] # a coroutine function is also a callable
@@ -187,6 +224,9 @@ class safe:  # noqa: N801 - used as a decorator, so it reads as a function
             "compensate": self._compensate,
             "reconcile": self._reconcile,
             "ignore": self._ignore,
+            "approval": self._approval,
+            "keep_arguments": self._keep_arguments,
+            "redact": self._redact,
         }
         if inspect.iscoroutinefunction(fn):
             return AsyncSafeTool(fn, self._store, **settings)  # type: ignore[arg-type] # checked just above
@@ -253,6 +293,9 @@ class _Guard(Generic[T_co]):
         compensate: Compensation | None = None,
         reconcile: Probe[object] | None = None,
         ignore: Iterable[str] = (),
+        approval: bool = False,
+        keep_arguments: bool = False,
+        redact: Iterable[str] = (),
     ) -> None:
         _check_function(fn)
         if inspect.isasyncgenfunction(fn):
@@ -271,6 +314,10 @@ class _Guard(Generic[T_co]):
         self._signature = _key_first_signature(fn, self.name)
         self.ignore = check_ignore(self._signature, ignore, self.name)
         self._args_hash = ArgsHash(self._signature, self.ignore)
+        self.approval = approval
+        self.keep_arguments = keep_arguments
+        self.redact = check_redact(self._signature, redact, self.name)
+        self._display = Display(self._signature, self.ignore, self.redact)
         self.return_type = check_return_type(fn, self.name)
         self._shape: str | None = None
 
@@ -421,6 +468,46 @@ class _Guard(Generic[T_co]):
             key, result=result, encode=self._checked, tool=self.name, note=note
         )
 
+    def approve(
+        self, key: str, *, by: str, note: str | None = None, args_hash: str | None = None
+    ) -> Approval:
+        """Approve this tool's pending ``key``, as ``Store.approve`` does.
+
+        Raises:
+            SafeError: the request is another tool's, or as ``Store.approve`` says.
+            TypeError, ValueError: as ``Store.approve`` says.
+
+        """
+        self._check_approval_of(key)
+        return self.store.approve(key, by=by, note=note, args_hash=args_hash)
+
+    def deny(
+        self, key: str, *, by: str, note: str | None = None, args_hash: str | None = None
+    ) -> Approval:
+        """Deny this tool's ``key``, as ``Store.deny`` does.
+
+        Raises:
+            SafeError: the request is another tool's, or as ``Store.deny`` says.
+            TypeError, ValueError: as ``Store.deny`` says.
+
+        """
+        self._check_approval_of(key)
+        return self.store.deny(key, by=by, note=note, args_hash=args_hash)
+
+    def _check_approval_of(self, key: str) -> None:
+        """Refuse to decide another tool's request through this tool.
+
+        Raises:
+            SafeError: ``key``'s request is another tool's.
+
+        """
+        asked = self.store.approval(key)
+        if asked is not None and asked.tool != self.name:
+            raise SafeError(
+                f"key {key!r} waits for the approval of tool {asked.tool}, not {self.name}: "
+                "decide it with that tool, or with Store.approve / safeact approve"
+            )
+
     def _steps(
         self, key: str, args: tuple[object, ...], kwargs: dict[str, object]
     ) -> Generator[Request, object, Outcome[T_co]]:
@@ -438,14 +525,23 @@ class _Guard(Generic[T_co]):
                 utc_now=utc_now,
                 former_hash=lambda: self._args_hash.former(args, kwargs),
                 replay_only=replay_only_in_force(),
+                gated=self.approval,
+                arguments=self._display(key, args, kwargs) if self.keep_arguments else None,
             ),
         )
 
-    def _ledger(self, request: Request) -> object:
+    def _ledger(self, request: Request) -> object:  # noqa: PLR0911 - an answer per request
         """Carry out one of the call's requests that the ledger (or the probe) answers, blocking."""
         match request:
             case Read(key):
                 return self.store._stored(key)  # noqa: SLF001 - the tool and its store are one
+            case ReadApproval(key):
+                return self.store.approval(key)
+            case RequestApproval(key, args_hash, previous, arguments):
+                self.store._request_approval(  # noqa: SLF001 - the tool and its store are one
+                    key, self.name, args_hash, arguments=arguments, previous=previous
+                )
+                return None
             case Look(record):
                 return self._look(record)
             case Claim():
@@ -473,6 +569,8 @@ class _Guard(Generic[T_co]):
             attempt_id=uuid.uuid4().hex,
             previous=claim.previous,
             shape=self._result_shape(),
+            approval=claim.approval,
+            arguments=claim.arguments,
         )
         telemetry.claimed(self.name, claimed, time.perf_counter() - started)
         return claimed
@@ -620,6 +718,9 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
         compensate: Compensation | None = None,
         reconcile: Probe[object] | None = None,
         ignore: Iterable[str] = (),
+        approval: bool = False,
+        keep_arguments: bool = False,
+        redact: Iterable[str] = (),
     ) -> None:
         """Check ``fn`` and bind it to ``store``; see ``safe``."""
         super().__init__(
@@ -630,6 +731,9 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
             compensate=compensate,
             reconcile=reconcile,
             ignore=ignore,
+            approval=approval,
+            keep_arguments=keep_arguments,
+            redact=redact,
         )
         self._fn = fn
         functools.update_wrapper(self, fn)
@@ -698,6 +802,9 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
         compensate: Compensation | None = None,
         reconcile: Probe[object] | None = None,
         ignore: Iterable[str] = (),
+        approval: bool = False,
+        keep_arguments: bool = False,
+        redact: Iterable[str] = (),
     ) -> None:
         """Check ``fn`` and bind it to ``store``; see ``safe``."""
         super().__init__(
@@ -708,6 +815,9 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
             compensate=compensate,
             reconcile=reconcile,
             ignore=ignore,
+            approval=approval,
+            keep_arguments=keep_arguments,
+            redact=redact,
         )
         self._fn = fn
         functools.update_wrapper(self, fn)

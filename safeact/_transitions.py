@@ -29,6 +29,7 @@ from safeact._ledger import Ledger
 from safeact._protocol import (
     NO_RESULT,
     UNSETTLED,
+    ApprovalState,
     DoubtReason,
     Record,
     Refusal,
@@ -51,7 +52,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from safeact._ledger import Executor
-    from safeact._protocol import JSON
+    from safeact._protocol import JSON, Approval
 
 __all__ = ["KeyTransitions"]
 
@@ -71,6 +72,32 @@ def _check_tool(key: str, record: Record, tool: str | None) -> None:
             f"key {key!r} belongs to tool {record.tool}, not {tool}: decide it with that "
             "tool, or with Store.resolve / safeact resolve"
         )
+
+
+class _Unclaimed(Exception):  # noqa: N818 - not an error: a claim that lost, rolled back
+    """An approved claim found the key taken: its transaction, consumption and all, rolls back."""
+
+
+def _consumed(db: Executor, approval: Approval, attempt_id: str) -> bool:
+    """Consume ``approval`` for ``attempt_id`` if it is still APPROVED for its call.
+
+    In the claim's transaction: the claim and the approval's consumption commit together or
+    not at all, so one approval authorizes at most one attempt, and an approval for other
+    arguments (or another tool) authorizes none.
+    """
+    taken = db.execute(
+        "UPDATE approvals SET state = ?, attempt_id = ? "
+        "WHERE key = ? AND tool = ? AND args_hash = ? AND state = ?",
+        (
+            ApprovalState.CONSUMED.value,
+            attempt_id,
+            approval.key,
+            approval.tool,
+            approval.args_hash,
+            ApprovalState.APPROVED.value,
+        ),
+    )
+    return bool(taken.rowcount)
 
 
 def _describe(db: Executor, tool: str, shape: str, now: datetime) -> None:
@@ -342,6 +369,8 @@ class KeyTransitions(Ledger):
         attempt_id: str,
         previous: Record | None,
         shape: str | None = None,
+        approval: Approval | None = None,
+        arguments: str | None = None,
     ) -> Record | None:
         """Durably record ``key`` as ATTEMPTING for this attempt, if nobody else did first.
 
@@ -352,6 +381,12 @@ class KeyTransitions(Ledger):
         ``shape`` describes the tool's results (``safeact._shape``, as JSON text): the first
         claim of the tool through this store writes it, in the claim's own transaction, and
         the later ones only compare it with what was written (no statement, no write).
+
+        ``approval`` (a tool that needs one): the approval ``approval_step`` found, consumed
+        in the claim's own transaction, and only while it is still APPROVED for this tool and
+        these arguments; otherwise nothing is claimed and ``None`` returned (it was denied,
+        or another caller's claim consumed it). ``arguments``: the call's arguments as JSON
+        text, kept for display (``keep_arguments``).
         """
         described = shape if shape is not None and self._shapes.get(tool) != shape else None
         now = utc_now()
@@ -380,31 +415,38 @@ class KeyTransitions(Ledger):
             from_state=None if previous is None else previous.state,
             to_state=State.ATTEMPTING,
             attempt_id=attempt_id,
+            note=None if approval is None else f"approved by {approval.decided_by}",
         )
         try:
             with self._errors(), self._transaction(sync=True) as db:
+                if approval is not None and not _consumed(db, approval, attempt_id):
+                    return None  # denied meanwhile, or another claim consumed it
                 if previous is None:
                     claimed = db.execute(
                         "INSERT INTO calls (key, tool, args_hash, state, attempt_id, "
                         "attempted_at, owner_host, owner_boot, owner_pid, owner_started, "
-                        "owner_machine, owner_pidns, lease_until, owner_group, schema_version) "
-                        "VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
+                        "owner_machine, owner_pidns, lease_until, owner_group, arguments, "
+                        "schema_version) VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?) "
                         "ON CONFLICT (key) DO NOTHING",
-                        (key, tool, args_hash, *attempt, SCHEMA_VERSION),
+                        (key, tool, args_hash, *attempt, arguments, SCHEMA_VERSION),
                     )
                 else:
                     claimed = db.execute(
                         "UPDATE calls SET state = ?, attempt_id = ?, attempted_at = ?, "
                         "owner_host = ?, owner_boot = ?, owner_pid = ?, owner_started = ?, "
                         "owner_machine = ?, owner_pidns = ?, lease_until = ?, owner_group = ?, "
-                        "finished_at = NULL, result = NULL, error_type = NULL, "
+                        "arguments = ?, finished_at = NULL, result = NULL, error_type = NULL, "
                         "error_message = NULL, doubt_reason = NULL "
                         "WHERE key = ? AND state = ? AND attempt_id = ?",
-                        (*attempt, key, State.RELEASED.value, previous.attempt_id),
+                        (*attempt, arguments, key, State.RELEASED.value, previous.attempt_id),
                     )
+                if approval is not None and not claimed.rowcount:
+                    raise _Unclaimed  # noqa: TRY301 - rolls the approval's consumption back too
                 record_claim(db, event)
                 if described is not None:
                     _describe(db, tool, described, now)
+        except _Unclaimed:
+            return None  # another caller got there first; the approval is still theirs to use
         except BaseException:
             # The claim may have committed and then failed to be made durable (an fsync
             # failed, or an interrupt came while it waited for one) or to answer (the
@@ -430,6 +472,7 @@ class KeyTransitions(Ledger):
             attempted_at=now,
             owner=owner,
             lease_until=lease_until,
+            arguments=None if arguments is None else json.loads(arguments),
         )
 
     def _finish(  # noqa: PLR0913 - one parameter per column of an outcome

@@ -17,6 +17,7 @@ if TYPE_CHECKING:
     from safeact._doubt import DoubtReason
 
 __all__ = [
+    "AwaitingApprovalError",
     "CorruptRecordError",
     "FailedCallError",
     "InDoubtError",
@@ -201,3 +202,23 @@ class FailedCallError(SafeError):
         self.error_type = error_type
         self.message = message
         super().__init__(f"{tool} with key {key!r} failed: {error_type}: {message}")
+
+
+class AwaitingApprovalError(SafeError):
+    """The action waits for a person's approval; nothing ran. Call again once it is decided.
+
+    Carries what ``AwaitingApproval`` does: ``key``, ``tool``, ``requested_at`` and
+    ``args_hash``, the digest of the arguments the approval is for.
+    """
+
+    def __init__(self, key: str, tool: str, requested_at: datetime, args_hash: str) -> None:
+        """Carry the pending request."""
+        self.key = key
+        self.tool = tool
+        self.requested_at = requested_at
+        self.args_hash = args_hash
+        super().__init__(
+            f"{tool} with key {key!r} waits for approval (requested at "
+            f"{requested_at.isoformat()}); nothing ran. Approve or deny it (safeact approve / "
+            "safeact deny, or Store.approve / Store.deny), then call again"
+        )
