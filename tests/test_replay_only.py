@@ -45,7 +45,7 @@ from safeact._replay_only import ENVIRONMENT
 from tests.actions import Receipt, count_effects, expire_leases, record_effect
 from tests.processes import CHILD, report, run_child, run_python
 
-TABLES = ("calls", "late_completions", "sagas", "saga_steps", "history", "tools")
+TABLES = ("calls", "late_completions", "sagas", "saga_steps", "history", "tools", "approvals")
 
 
 def rows(location: str) -> dict[str, list[str]]:
