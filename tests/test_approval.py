@@ -216,7 +216,7 @@ def test_the_history_says_who_decided_and_why(store: Store, effects: Path) -> No
 
 
 def test_a_released_attempt_needs_a_new_approval(store: Store, effects: Path) -> None:
-    """An approval authorizes one attempt: after that attempt is released, a person is asked again."""
+    """An approval authorizes one attempt: once that attempt is released, asked again."""
     pay = payments(store, effects)
     pay("pay-1", "ada", 50)
     store.approve("pay-1", by="grace")
@@ -292,7 +292,7 @@ def test_a_tool_decides_only_its_own_requests(store: Store, effects: Path) -> No
     def other(key: str) -> int:
         return 1
 
-    with pytest.raises(SafeError, match="tool tests.pay, not tests.other"):
+    with pytest.raises(SafeError, match=r"tool tests\.pay, not tests\.other"):
         other.approve("pay-1", by="grace")
 
 
@@ -311,7 +311,7 @@ def test_an_ungated_tool_never_asks(store: Store, effects: Path) -> None:
 
 @pytest.mark.located
 def test_replay_only_asks_for_nothing(store: Store, effects: Path) -> None:
-    """Replay-only, a call that would ask for approval raises and writes nothing; a pending one waits."""
+    """Replay-only, a call that would ask for approval raises, writes nothing; a pending one waits."""
     pay = payments(store, effects)
     pay("pay-1", "ada", 50)
     before = snapshot(store.location)
@@ -333,7 +333,7 @@ def test_arguments_are_not_kept_by_default(store: Store, effects: Path) -> None:
 
 
 def test_kept_arguments_are_redacted_before_they_are_written(store: Store, effects: Path) -> None:
-    """A kept call shows its arguments, with the declared fields replaced, to approvers and readers."""
+    """A kept call shows its arguments, the declared fields replaced, to approvers and readers."""
 
     @attrs.frozen
     class Card:
