@@ -311,7 +311,7 @@ def test_an_ungated_tool_never_asks(store: Store, effects: Path) -> None:
 
 @pytest.mark.located
 def test_replay_only_asks_for_nothing(store: Store, effects: Path) -> None:
-    """Replay-only, a call that would ask for approval raises, writes nothing; a pending one waits."""
+    """Replay-only, a call that would ask for approval raises, writes nothing; pending waits."""
     pay = payments(store, effects)
     pay("pay-1", "ada", 50)
     before = snapshot(store.location)
