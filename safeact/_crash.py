@@ -34,7 +34,7 @@ from typing import Any, Generic, Literal, ParamSpec, TypeAlias, TypeVar, get_arg
 import attrs
 
 from safeact._open import StoreHandle, get_store
-from safeact._outcome import Failed, InDoubt, Succeeded
+from safeact._outcome import AwaitingApproval, Failed, InDoubt, Succeeded
 from safeact._protocol import CALL_CHECKPOINTS, State, checkpoint_hook
 from safeact._saga_run import SagaFailed
 from safeact._tool import AsyncSafeTool, SafeTool
@@ -618,6 +618,8 @@ def _described(value: object) -> dict[str, object]:
                 "in_doubt": True,
                 "is_outcome": True,
             }
+        case AwaitingApproval(key=key):
+            return {"outcome": f"AwaitingApproval ({key})", "is_outcome": True}
         case _:
             return {"outcome": f"returned {_short(_text(value, repr))}"}
 
