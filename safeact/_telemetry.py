@@ -13,6 +13,7 @@ no-op. Whether ``opentelemetry`` can be imported is decided once, at first use, 
 | the compensation of a step | ``safeact.saga.compensate`` | ``compensation`` | ``compensation`` |
 | a probe asked about a key in doubt | ``safeact.probe`` | ``probe`` | ``probe`` |
 | an operator's decision (``resolve``) | ``safeact.resolve`` | ``resolve`` | ``resolving`` |
+| a person's decision on an approval request | ``safeact.approval`` | ``approval`` | ``approving`` |
 
 Span attributes are named ``safeact.<field>``; log records carry the same fields as
 ``safeact_<field>`` attributes (``extra=``), for a JSON handler to pick up. Records go to the
@@ -37,7 +38,7 @@ import attrs
 
 from safeact._history import Why
 from safeact._outcome import AwaitingApproval, Failed, InDoubt, Outcome, Succeeded
-from safeact._protocol import DoubtReason, Record, State
+from safeact._protocol import Approval, DoubtReason, Record, State
 
 if TYPE_CHECKING:
     import contextlib
@@ -52,6 +53,7 @@ __all__ = [
     "QUIET",
     "Quiet",
     "Watch",
+    "approving",
     "attempt",
     "call",
     "claimed",
@@ -425,7 +427,8 @@ def _level(outcome: Outcome[object]) -> int:
     """The level of a call's record: what needs a person is WARNING; what ran normally, less.
 
     In doubt (but in flight: the owner is still running), or ran without its outcome
-    stored: WARNING. The action raised now, or it waits for approval: INFO. Succeeded, or a failure replayed: DEBUG.
+    stored: WARNING. The action raised now, or it waits for approval: INFO. Succeeded, or a
+    failure replayed: DEBUG.
     """
     match outcome:
         case Succeeded(recorded=False) | Failed(recorded=False):
@@ -568,6 +571,34 @@ def resolving(
             watch.set(tool=record.tool, attempt_id=record.attempt_id, state=record.state.value)
             watch.level = logging.INFO
         return record
+
+    return watched
+
+
+def approving(
+    decide: Callable[Concatenate[S, str, P], Approval],
+) -> Callable[Concatenate[S, str, P], Approval]:
+    """Watch each call of ``decide``, a ledger's ``_decide_approval(key, *, approve, ...)``.
+
+    As ``resolving`` watches an operator's resolve: a span with the key, the decision
+    (``approved`` or ``denied``), and once recorded the tool and the approval's state; a
+    refusal ends it in error. Who decided and why stay in the ledger's history, not here.
+    """
+
+    @functools.wraps(decide)
+    def watched(ledger: S, key: str, /, *args: P.args, **kwargs: P.kwargs) -> Approval:
+        if not _watched():
+            return decide(ledger, key, *args, **kwargs)
+        with Watch(
+            "approval",
+            "safeact.approval",
+            key=key,
+            decision="approved" if kwargs.get("approve") else "denied",
+        ) as watch:
+            approval = decide(ledger, key, *args, **kwargs)
+            watch.set(tool=approval.tool, state=approval.state.value)
+            watch.level = logging.INFO
+        return approval
 
     return watched
 

@@ -38,6 +38,7 @@ from safeact import (
     KeyConflictError,
     NotHappened,
     NotProvenError,
+    SafeError,
     Saga,
     SagaFailed,
     Store,
@@ -551,6 +552,52 @@ def test_a_refused_resolve_of_a_tool_records_the_refusal(
     assert span.status.status_code is StatusCode.ERROR
     (event,) = span.events
     assert dict(event.attributes or {})["exception.type"] == "safeact.exceptions.NotProvenError"
+
+
+def test_an_approval_decision_is_a_span_with_the_decision(
+    store: Store, spans: InMemorySpanExporter
+) -> None:
+    """Store.approve and deny: a span each with the key, the decision, the tool, the state."""
+
+    @safe(store, name="charge", approval=True)
+    def charge(key: str) -> int:
+        return 1
+
+    charge("k-1")
+    charge("k-2")
+    store.approve("k-1", by="grace")
+    store.deny("k-2", by="ada", note="not this one")
+    assert [attributes(span) for span in named(spans, "safeact.approval")] == [
+        {
+            "safeact.key": "k-1",
+            "safeact.decision": "approved",
+            "safeact.tool": "charge",
+            "safeact.state": "approved",
+        },
+        {
+            "safeact.key": "k-2",
+            "safeact.decision": "denied",
+            "safeact.tool": "charge",
+            "safeact.state": "denied",
+        },
+    ]
+
+
+def test_a_refused_approval_decision_ends_its_span_in_error(
+    store: Store, spans: InMemorySpanExporter
+) -> None:
+    """Approving a key nobody asked about: ERROR, with the SafeError that refused it."""
+    with pytest.raises(SafeError):
+        store.approve("k-1", by="grace")
+    (span,) = named(spans, "safeact.approval")
+    assert (attributes(span), span.status.status_code) == (
+        {
+            "safeact.key": "k-1",
+            "safeact.decision": "approved",
+            "safeact.error_type": "safeact.exceptions.SafeError",
+        },
+        StatusCode.ERROR,
+    )
 
 
 def test_the_metrics_count_calls_replays_and_doubts_and_time_claims_and_fsyncs(
