@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+import safeact._telemetry as telemetry
 from safeact._audit import record_event
 from safeact._history import Why
 from safeact._ledger import Ledger
-from safeact._protocol import ApprovalState, decision_refusal, utc_now
+from safeact._protocol import ApprovalState, State, decision_refusal, utc_now
 from safeact._rows import APPROVAL_COLUMNS, each, read_approval, readable, time_text
 from safeact._settings import optional_text
 from safeact._tables import SCHEMA_VERSION
@@ -116,6 +117,7 @@ class Approvals(Ledger):
         """
         return self._decide_approval(key, approve=False, by=by, note=note, args_hash=args_hash)
 
+    @telemetry.approving
     def _decide_approval(
         self, key: str, *, approve: bool, by: str, note: str | None, args_hash: str | None
     ) -> Approval:
@@ -157,7 +159,9 @@ class Approvals(Ledger):
         """Record a request for approval of this call, unless another caller did first.
 
         ``previous`` is a consumed approval whose attempt is over without having run (its
-        key released): it is asked again, only while it is still that consumed one.
+        key released): it is asked again, only while it is still that consumed one and the
+        key is still released at that attempt. A caller that read the key before another's
+        claim consumed the approval and ran must not reopen it: that action has its yes.
         """
         now = utc_now()
         event = self._new_event(key, None, Why.APPROVAL_REQUESTED)
@@ -181,13 +185,17 @@ class Approvals(Ledger):
                 asked = db.execute(
                     "UPDATE approvals SET state = ?, requested_at = ?, decided_at = NULL, "
                     "decided_by = NULL, note = NULL, attempt_id = NULL, arguments = ? "
-                    "WHERE key = ? AND state = ? AND attempt_id = ?",
+                    "WHERE key = ? AND state = ? AND attempt_id = ? AND EXISTS (SELECT 1 "
+                    "FROM calls WHERE calls.key = ? AND calls.state = ? AND calls.attempt_id = ?)",
                     (
                         ApprovalState.PENDING.value,
                         time_text(now),
                         arguments,
                         key,
                         ApprovalState.CONSUMED.value,
+                        previous.attempt_id,
+                        key,
+                        State.RELEASED.value,
                         previous.attempt_id,
                     ),
                 )

@@ -78,10 +78,11 @@ class _Unclaimed(Exception):  # noqa: N818 - not an error: a claim that lost, ro
     """An approved claim found the key taken: its transaction, consumption and all, rolls back."""
 
 
-def _consumed(db: Executor, approval: Approval, attempt_id: str) -> bool:
-    """Consume ``approval`` for ``attempt_id`` if it is still APPROVED for its call.
+def _consumed(db: Executor, key: str, tool: str, args_hash: str, attempt_id: str) -> bool:
+    """Consume ``key``'s approval for ``attempt_id`` if it is APPROVED for exactly this call.
 
-    In the claim's transaction: the claim and the approval's consumption commit together or
+    In the claim's transaction, and bound to the claim's own tool and argument digest (not
+    to the approval as read): the claim and the approval's consumption commit together or
     not at all, so one approval authorizes at most one attempt, and an approval for other
     arguments (or another tool) authorizes none.
     """
@@ -91,9 +92,9 @@ def _consumed(db: Executor, approval: Approval, attempt_id: str) -> bool:
         (
             ApprovalState.CONSUMED.value,
             attempt_id,
-            approval.key,
-            approval.tool,
-            approval.args_hash,
+            key,
+            tool,
+            args_hash,
             ApprovalState.APPROVED.value,
         ),
     )
@@ -419,7 +420,7 @@ class KeyTransitions(Ledger):
         )
         try:
             with self._errors(), self._transaction(sync=True) as db:
-                if approval is not None and not _consumed(db, approval, attempt_id):
+                if approval is not None and not _consumed(db, key, tool, args_hash, attempt_id):
                     return None  # denied meanwhile, or another claim consumed it
                 if previous is None:
                     claimed = db.execute(

@@ -820,6 +820,40 @@ MUTANTS = [
         ["tests/test_telemetry.py"],
     ),
     Mutant(
+        "approval not consumed with the claim",
+        [
+            # The claim still requires an APPROVED approval, but leaves it APPROVED: once its
+            # attempt is released, the old yes would authorize the next attempt too.
+            Edit(
+                "safeact/_transitions.py",
+                "            ApprovalState.CONSUMED.value,\n            attempt_id,\n",
+                "            ApprovalState.APPROVED.value,\n            attempt_id,\n",
+            )
+        ],
+        # test_approval_crash (a release after a kill asks again) and the approval state
+        # machine see it too, in 15 to 40 s more.
+        ["tests/test_approval.py"],
+    ),
+    Mutant(
+        "approval not bound to the digest",
+        [
+            # Both locks: the gate's comparison, and the claim's statement, which consumes
+            # only an approval of the claim's own digest (either alone keeps the guarantee).
+            Edit(
+                "safeact/_protocol.py",
+                "    if approval.tool != tool or approval.args_hash != args_hash:\n",
+                "    if approval.tool != tool:\n",
+            ),
+            Edit(
+                "safeact/_transitions.py",
+                '        "WHERE key = ? AND tool = ? AND args_hash = ? AND state = ?",\n',
+                '        "WHERE key = ? AND tool = ? AND ? IS NOT NULL AND state = ?",\n',
+            ),
+        ],
+        # test_approval_crash and the approval state machine see it too.
+        ["tests/test_approval.py"],
+    ),
+    Mutant(
         "let the crash harness pass a call that acted twice",
         [Edit("safeact/_crash.py", "    if most > made:", "    if most < made:")],
         ["tests/test_crash_harness.py"],

@@ -125,6 +125,24 @@ def test_an_approval_is_not_for_other_arguments_under_its_key(store: Store, effe
     assert store.get("pay-1") is None
 
 
+def test_the_claim_consumes_only_an_approval_of_its_own_arguments(
+    store: Store, effects: Path
+) -> None:
+    """The claim's statement binds the approval to the claim's digest, not to the one read.
+
+    The gate compares them first; this is the second lock: a claim handed an approval of
+    other arguments (as a wrong gate would) claims nothing and leaves the approval unused.
+    """
+    pay = payments(store, effects)
+    pay("pay-1", "ada", 50)
+    approved = store.approve("pay-1", by="grace")
+    other = pay._digest("pay-1", ("ada", 5000), {})
+    claimed = store._claim(
+        "pay-1", "tests.pay", other, attempt_id="a-1", previous=None, approval=approved
+    )
+    assert (claimed, store.get("pay-1"), store.approval("pay-1")) == (None, None, approved)
+
+
 def test_other_arguments_under_a_new_key_need_a_new_approval(store: Store, effects: Path) -> None:
     """An approval of one key authorizes no call under another."""
     pay = payments(store, effects)
