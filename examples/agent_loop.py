@@ -23,7 +23,7 @@ from pathlib import Path
 
 import attrs
 
-from safeact import Failed, InDoubt, Succeeded, get_store, safe
+from safeact import AwaitingApproval, Failed, InDoubt, Succeeded, get_store, safe
 
 TASKS = [
     ("refund-1001", "ada@example.com", 50),
@@ -97,6 +97,14 @@ def agent(workdir: Path, *, crash_on: str | None) -> None:
                     store.resolve(k, happened=False, note="the bank has no such payment")
                     print(f"  agent: resolved {k} as not happened; it may run again")
                 print(f"  agent: {k}: retried, got {send_refund(k, to, amount)}")
+            case AwaitingApproval(key=k, requested_at=asked):
+                # Only a tool made with approval=True answers this (send_refund is not):
+                # nothing ran and nothing blocks. An agent tells its model the call waits
+                # for a person and goes on; the same call runs once someone approves it.
+                print(
+                    f"  agent: {k}: waits for a person's approval (asked {asked:%H:%M:%S} UTC);"
+                    " told the model so, and moved on"
+                )
             case Failed(error_type=error_type, message=message):
                 print(f"  agent: {key}: failed with {error_type}: {message}; not retried")
     store.close()

@@ -31,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import attrs
 
 from safeact import (
+    AwaitingApproval,
     Failed,
     Happened,
     InDoubt,
@@ -143,6 +144,8 @@ def describe(outcome: Outcome[Receipt]) -> dict[str, object]:
             return {"kind": "InDoubt", "key": key, "tool": tool, "reason": reason.value}
         case Failed(error_type=error_type, message=message, replayed=replayed):
             return {"kind": "Failed", "replayed": replayed, "error": f"{error_type}: {message}"}
+        case AwaitingApproval(key=key, tool=tool):
+            return {"kind": "AwaitingApproval", "key": key, "tool": tool}
 
 
 if __name__ == "__main__":

@@ -22,7 +22,17 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from safeact import Failed, InDoubt, Outcome, Store, StoreError, Succeeded, get_store, safe
+from safeact import (
+    AwaitingApproval,
+    Failed,
+    InDoubt,
+    Outcome,
+    Store,
+    StoreError,
+    Succeeded,
+    get_store,
+    safe,
+)
 from safeact.postgres import migrate_postgres
 from tests.actions import record_effect
 
@@ -38,6 +48,8 @@ def describe(outcome: Outcome[str]) -> dict[str, object]:
             return {"kind": "InDoubt", "reason": reason.value}
         case Failed(error_type=error_type, message=message):
             return {"kind": "Failed", "error": f"{error_type}: {message}"}
+        case AwaitingApproval(key=key):
+            return {"kind": "AwaitingApproval", "key": key}
 
 
 def call(store: Store, effects: Path, key: str, wait: float, *, hold: bool) -> object:

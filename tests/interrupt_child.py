@@ -19,7 +19,16 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from safeact import Failed, InDoubt, Outcome, StoreError, Succeeded, get_store, safe
+from safeact import (
+    AwaitingApproval,
+    Failed,
+    InDoubt,
+    Outcome,
+    StoreError,
+    Succeeded,
+    get_store,
+    safe,
+)
 from tests.actions import record_effect
 
 
@@ -61,6 +70,8 @@ def describe(outcome: Outcome[int]) -> dict[str, object]:
             return {"kind": "InDoubt", "reason": reason.value}
         case Failed(error_type=error_type):
             return {"kind": "Failed", "error": error_type}
+        case AwaitingApproval(key=key):
+            return {"kind": "AwaitingApproval", "key": key}
 
 
 if __name__ == "__main__":

@@ -46,6 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 import attrs
 
 from safeact import (
+    AwaitingApproval,
     Failed,
     Happened,
     InDoubt,
@@ -198,6 +199,8 @@ def describe(outcome: Outcome[object]) -> dict[str, object]:
             return {"kind": "InDoubt", "reason": reason.value, "note": note}
         case Failed(error_type=error_type, message=message, replayed=replayed):
             return {"kind": "Failed", "replayed": replayed, "error": f"{error_type}: {message}"}
+        case AwaitingApproval(key=key, tool=tool):
+            return {"kind": "AwaitingApproval", "key": key, "tool": tool}
 
 
 if __name__ == "__main__":

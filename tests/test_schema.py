@@ -21,10 +21,13 @@ from safeact._schema import _MIGRATIONS, migrate
 from safeact._tables import SCHEMA_VERSION
 
 DATA = Path(__file__).with_name("data")
-SQLITE_LEDGERS = {version: DATA / f"ledger-v{version}.db" for version in (1, 2, 3, 4)}
+SQLITE_LEDGERS = {version: DATA / f"ledger-v{version}.db" for version in (1, 2, 3, 4, 5)}
 """A ledger file of each older version, as its safeact wrote it (see tests/test_migrate.py)."""
-POSTGRES_DUMPS = {version: DATA / f"postgres-v{version}.sql" for version in (2, 3, 4)}
-"""What a safeact of each older PostgreSQL schema version created (PostgreSQL began at 2)."""
+POSTGRES_DUMPS = {version: DATA / f"postgres-v{version}.sql" for version in (2, 3, 4, 5)}
+"""What a safeact of each older PostgreSQL schema version created (PostgreSQL began at 2).
+
+The one of schema 5 holds the rows that safeact wrote too (see tests/test_migrate.py).
+"""
 POSTGRES_V2 = POSTGRES_DUMPS[2]
 """What a safeact of schema 2, the first on PostgreSQL, created in an empty schema."""
 POSTGRES_CATALOG = {

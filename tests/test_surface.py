@@ -35,6 +35,12 @@ STORE_API = {
     "purge",
     "export_history",
     "archive_history",
+    # a person's approvals
+    "approval",
+    "approvals",
+    "scan_approvals",
+    "approve",
+    "deny",
     # the ledger itself
     "location",
     "owner",
@@ -55,6 +61,7 @@ PROTOCOL = {
     "begin_saga",
     "record_saga_step",
     "move_saga",
+    "request_approval",
 }
 """The store's protocol: called by the package's own tools, sagas and probes, as ``_name``."""
 
@@ -93,6 +100,7 @@ NOT_FOR_A_CALL = {
     "psycopg",
     "safeact._store",
     "safeact._ledger",
+    "safeact._approvals",
     "safeact._sqlite",
     "safeact._postgres",
     "safeact._schema",
