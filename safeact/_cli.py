@@ -4,6 +4,9 @@ Only the console script (and ``python -m safeact``) imports this module. Every c
 ``migrate`` refuses a missing ledger instead of creating one. User mistakes end with one line
 on stderr and exit code 2; ``doubt`` and ``reconcile`` exit with 1 while anything is in doubt,
 and ``resolve --keys-from`` (``_cli_batch``) when a key changed after the check and was left.
+A person's decision on an approval request (``approve``, ``deny``) that the ledger refuses
+(not pending, another args hash, no request) is its one-line message and exit 2, nothing
+changed; ``approvals`` lists the requests, a listing like ``ls`` (exit 0).
 
 A row changed outside safeact (``CorruptRecordError``) never ends a listing: ``ls``, ``show``,
 ``stats``, ``sagas`` and ``doubt`` show it in its place as corrupt, and a line on stderr
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import getpass
 import importlib
 import importlib.metadata
 import importlib.util
@@ -46,6 +50,7 @@ from safeact._cli_batch import (
 )
 from safeact._cli_json import (
     SCHEMAS,
+    approval_json,
     archived_json,
     corrupt_json,
     doubt_json,
@@ -54,11 +59,16 @@ from safeact._cli_json import (
     saga_json,
 )
 from safeact._cli_text import (
+    SHORT_HASH,
     age,
+    approval_fields,
+    approval_lines,
+    approvals_table,
     corrupt_count,
     corrupt_lines,
     corrupt_section,
     count_row,
+    decision_line,
     doubt_table,
     escaped,
     event_line,
@@ -75,7 +85,16 @@ from safeact._cli_text import (
 from safeact._codec import encode_untyped
 from safeact._history import Event
 from safeact._open import get_store, names_postgres
-from safeact._protocol import NO_RESULT, Record, SagaRecord, SagaState, State, utc_now
+from safeact._protocol import (
+    NO_RESULT,
+    Approval,
+    ApprovalState,
+    Record,
+    SagaRecord,
+    SagaState,
+    State,
+    utc_now,
+)
 from safeact._reconcile import Probe
 from safeact._schema import migrate
 from safeact._shape import check
@@ -101,7 +120,8 @@ _EXIT_STATUS = f"""exit status:
   1  something needs a decision: a key in doubt (doubt, reconcile) or a corrupt row
      (doubt; show of a corrupt key); a key of resolve --keys-from that changed after the
      check and was not resolved
-  2  a usage error, or a ledger that cannot be used
+  2  a usage error, a decision the ledger refused (nothing changed), or a ledger that
+     cannot be used
 
 A row changed outside safeact is listed as corrupt, with what is wrong, instead of
 ending the listing; a line on stderr counts such rows, and a listing still exits 0.
@@ -422,6 +442,25 @@ _KEY = utf8_text("so no key can match it (keys are stored as UTF-8 text)")
 _TOOL = utf8_text("so no tool's name can match it (names are stored as UTF-8 text)")
 _ATTEMPT = utf8_text("so no attempt id can match it (ids are stored as UTF-8 text)")
 _NOTE = utf8_text("so it cannot be stored (the ledger keeps notes as UTF-8 text)")
+_BY = utf8_text("so it cannot be stored (the ledger keeps names as UTF-8 text)")
+_UTF8_HASH = utf8_text("so no args hash can match it (hashes are stored as UTF-8 text)")
+
+
+def args_hash(text: str) -> str:
+    """An args hash as an operator reviewed it: whole, or its first ``SHORT_HASH`` characters.
+
+    Raises:
+        argparse.ArgumentTypeError: not valid UTF-8, or shorter than what ``approvals``
+            shows (a few characters would bind a decision to almost nothing).
+
+    """
+    text = _UTF8_HASH(text)
+    if len(text) < SHORT_HASH:
+        raise argparse.ArgumentTypeError(
+            f"{echoed(text)} is too short: give the {SHORT_HASH} characters safeact approvals "
+            "shows, or the whole hash (approvals --json)"
+        )
+    return text
 
 
 def load_probes(spec: str) -> Mapping[str, Probe[object]]:
@@ -512,38 +551,56 @@ def cmd_ls(options: argparse.Namespace, store: Store) -> int:
 
 def cmd_show(options: argparse.Namespace, store: Store) -> int:
     events = store.scan_history(options.key)
+    approval = _approval_of(store, options.key)
     try:
         record = store.get(options.key)
     except CorruptRecordError as error:
         if options.json:
-            _print_json([show_json(options.key, error, None, [], events)])
+            _print_json([show_json(options.key, error, None, [], events, approval=approval)])
         else:
             _print(corrupt_lines(error, events))
-        report_corrupt(store, [error, *events])
+        report_corrupt(store, [error, *events, approval])
         return 1
-    if record is None and not events:
+    if record is None and not events and approval is None:
         raise _UsageError(f"{store.location}: no key {options.key!r}")
     late = [] if record is None else store.scan_late_completions(options.key)
     recorded = store._stored(options.key)  # noqa: SLF001 - the operator's seat shows the row too
     if options.json:
-        _print_json([show_json(options.key, record, recorded, late, events)])
+        _print_json([show_json(options.key, record, recorded, late, events, approval=approval)])
+    elif (record is None or recorded is None) and approval is not None:
+        _print(approval_lines(approval, events))  # requested, not attempted (or purged) yet
     elif record is None or recorded is None:
         _print([f"key {options.key!r} is not in the ledger any more", "", "history:"])
         _print(history_lines(events))
     else:
-        _print(show_lines(record, recorded.state, late, events))
-    report_corrupt(store, [*late, *events])
+        decided = [] if approval is None else approval_fields(approval)
+        _print(show_lines(record, recorded.state, late, events, decided))
+    report_corrupt(store, [*late, *events, approval])
     return 0
 
 
-def show_json(
+def _approval_of(store: Store, key: str) -> Approval | CorruptRecordError | None:
+    """``key``'s approval request, if its tool asked for one; a corrupt row as its error."""
+    try:
+        return store.approval(key)
+    except CorruptRecordError as error:
+        return error
+
+
+def show_json(  # noqa: PLR0913 - one parameter per member
     key: str,
     record: Record | CorruptRecordError | None,
     recorded: Record | None,
     late: Sequence[Record | CorruptRecordError],
     events: Sequence[Event | CorruptRecordError],
+    *,
+    approval: Approval | CorruptRecordError | None,
 ) -> dict[str, object]:
-    """``show --json``: the key as read, the state its row holds, late completions, history."""
+    """``show --json``: the key as read, the state its row holds, late completions, history.
+
+    And its approval request (null for a tool that asks for none), last: a member added to
+    a shape goes after the others.
+    """
     return {
         "key": key,
         "record": record_json(record) if isinstance(record, Record) else None,
@@ -553,6 +610,13 @@ def show_json(
             record_json(d) if isinstance(d, Record) else corrupt_json(d) for d in late
         ],
         "history": [event_json(e) if isinstance(e, Event) else corrupt_json(e) for e in events],
+        "approval": (
+            None
+            if approval is None
+            else approval_json(approval)
+            if isinstance(approval, Approval)
+            else corrupt_json(approval)
+        ),
     }
 
 
@@ -590,6 +654,93 @@ def cmd_doubt(options: argparse.Namespace, store: Store) -> int:
         _print(corrupt_section(store.location, corrupt))
         _print(late_section(store.location, late))
     return 1 if report_corrupt(store, [*corrupt, *late]) or doubts else 0
+
+
+def cmd_approvals(options: argparse.Namespace, store: Store) -> int:
+    found = store.scan_approvals(
+        state=None if options.every else ApprovalState.PENDING, tool=options.tool
+    )
+    if options.json:
+        _print_json(approval_json(a) if isinstance(a, Approval) else corrupt_json(a) for a in found)
+    elif not found:
+        _print(["no approval requests" if options.every else "nothing waits for approval"])
+    else:
+        _print(approvals_table(found, every=options.every))
+        waiting = sum(isinstance(a, Approval) and a.state is ApprovalState.PENDING for a in found)
+        if waiting:
+            _print(
+                [
+                    "",
+                    f"{waiting} waiting for approval; after checking each one, decide with",
+                    f"  safeact approve {store.location} KEY --args-hash HASH [--note TEXT]",
+                    f"  safeact deny {store.location} KEY --note WHY",
+                ]
+            )
+    report_corrupt(store, found)
+    return 0
+
+
+def cmd_approve(options: argparse.Namespace, store: Store) -> int:
+    return _decide_approval(options, store, approve=True)
+
+
+def cmd_deny(options: argparse.Namespace, store: Store) -> int:
+    return _decide_approval(options, store, approve=False)
+
+
+def _decide_approval(options: argparse.Namespace, store: Store, *, approve: bool) -> int:
+    """Record a person's ``approve`` (or deny) of a request: the ledger checks it, and refuses.
+
+    The ledger's refusal (no request, not pending, another args hash) is a ``SafeError``
+    with nothing changed: ``main`` prints it (exit 2).
+    """
+    by = _user() if options.by is None else options.by
+    before = store.approval(options.key)
+    reviewed = options.args_hash
+    if reviewed is not None and before is not None and before.args_hash.startswith(reviewed):
+        # The short form approvals shows stands for the request's whole hash, which the
+        # decision's own transaction compares again: a request replaced meanwhile is refused.
+        reviewed = before.args_hash
+    decide = store.approve if approve else store.deny
+    try:
+        after = decide(options.key, by=by, note=options.note, args_hash=reviewed)
+    except (ValueError, TypeError) as exc:
+        raise _UsageError(str(exc)) from None
+    if options.json:
+        _print_json(
+            [
+                {
+                    "key": after.key,
+                    "from_state": None if before is None else before.state.value,
+                    "to_state": after.state.value,
+                    "approval": approval_json(after),
+                }
+            ]
+        )
+    else:
+        _print([decision_line(before, after)])
+    return 0
+
+
+def _user() -> str:
+    """The name of the user running the command, for ``--by``'s default.
+
+    Raises:
+        _UsageError: the system has no name for this user, or not one in UTF-8.
+
+    """
+    try:
+        name = getpass.getuser()
+    except (OSError, KeyError):  # OSError from Python 3.13; KeyError (pwd) before
+        raise _UsageError(
+            "cannot tell who you are: no user name for this process (LOGNAME, USER or the "
+            "password database); give --by NAME"
+        ) from None
+    if not is_utf8(name):
+        raise _UsageError(
+            "your user name is not valid UTF-8, so it cannot be stored; give --by NAME"
+        )
+    return name
 
 
 def cmd_resolve(options: argparse.Namespace, store: Store) -> int:
@@ -1150,6 +1301,56 @@ def parser() -> _Parser:
     )
     _resolve_options(resolve)
 
+    approvals = command(
+        "approvals",
+        "List the approval requests that wait for a person, oldest first, with the arguments "
+        "a tool keeps; with --all, every request, with who decided and why.",
+        "safeact approvals agent.db",
+        "safeact approvals agent.db --all --tool pay.refund",
+        "safeact approvals agent.db --json | jq -c '{key, args_hash, arguments}'",
+    )
+    approvals.epilog = (
+        f"{approvals.epilog}\n\nARGS HASH is the start of the hash of the call's arguments "
+        "(--json: whole); --args-hash of approve and deny takes either. ARGUMENTS are shown "
+        "only for a tool that keeps them (safe(..., keep_arguments=True)), with the fields it "
+        'redacts as "[redacted]"; otherwise -. A pending request is the normal course: the '
+        "command exits 0."
+    )
+    approvals.add_argument("--tool", type=_TOOL, help="only this tool's requests")
+    approvals.add_argument(
+        "--all",
+        dest="every",
+        action="store_true",
+        help="every request, pending or decided (approved, denied, consumed), with who "
+        "decided, when, and their note",
+    )
+
+    approve = command(
+        "approve",
+        "Approve a pending request: the next call of its key, with those arguments, runs the "
+        "action once.",
+        "safeact approve agent.db refund-1002 --args-hash 5075fd1a6fdc --note 'invoice 7'",
+    )
+    approve.epilog = (
+        f"{approve.epilog}\n\nOnly a pending request can be approved. A refusal (no "
+        "request for the key, not pending, another args hash) is one line and exit 2; nothing "
+        "is changed."
+    )
+    _decision_options(approve, "approve")
+
+    deny = command(
+        "deny",
+        "Deny a request: its action never runs under this key; every call of it returns "
+        "Failed (safeact.Denied) with your name and note.",
+        "safeact deny agent.db refund-1003 --note 'not our customer'",
+    )
+    deny.epilog = (
+        f"{deny.epilog}\n\nA pending request, or an approved one no call has used yet, can be "
+        "denied. A refusal (no request for the key, denied already or consumed, another args "
+        "hash) is one line and exit 2; nothing is changed."
+    )
+    _decision_options(deny, "deny")
+
     amend = command(
         "amend",
         "Correct the result an operator (or a probe) recorded for a key closed as happened.",
@@ -1259,6 +1460,33 @@ def parser() -> _Parser:
     return top
 
 
+def _decision_options(sub: _Parser, verb: str) -> None:
+    """``approve``'s or ``deny``'s arguments: the key, who decides, why, what was reviewed."""
+    sub.add_argument(
+        "key", type=_KEY, metavar="KEY", help=f"the key whose approval request you {verb}"
+    )
+    sub.add_argument(
+        "--by",
+        type=_BY,
+        metavar="NAME",
+        help="who decides, kept with the decision and in the key's history (default: your "
+        "user name on this machine, as Python's getpass.getuser() finds it)",
+    )
+    sub.add_argument(
+        "--note",
+        type=_NOTE,
+        help="why: kept with the decision and in the key's history"
+        + ("; a denied call's error says it" if verb == "deny" else ""),
+    )
+    sub.add_argument(
+        "--args-hash",
+        type=args_hash,
+        metavar="HASH",
+        help=f"the args hash of the request you reviewed (its first {SHORT_HASH} characters, "
+        f"as approvals shows them, or whole): refused if the request is for other arguments",
+    )
+
+
 _RESOLVE_USAGE = (
     "safeact resolve LEDGER KEY (--happened --result JSON | --not-happened [--force])\n"
     "                       [--attempt ID] [--note NOTE] [--json]\n"
@@ -1338,6 +1566,9 @@ _RUN: dict[str, Callable[[argparse.Namespace, Store], int]] = {
     "doubt": cmd_doubt,
     "resolve": cmd_resolve,
     "amend": cmd_amend,
+    "approvals": cmd_approvals,
+    "approve": cmd_approve,
+    "deny": cmd_deny,
     "sagas": cmd_sagas,
     "purge": cmd_purge,
     "stats": cmd_stats,

@@ -1,9 +1,12 @@
 """What ``safeact COMMAND --json`` prints: one stable shape per command, built from values.
 
 Times are ISO 8601 with their zone, states and reasons their string values, an owner an
-object. The listings (``ls``, ``doubt``, ``sagas``) print one JSON object per line, so
-``jq`` can stream them; every other command prints one object. ``SCHEMAS`` documents each
-shape; ``safeact COMMAND --help`` prints its own.
+object. The listings (``ls``, ``doubt``, ``sagas``, ``approvals``) print one JSON object per
+line, so ``jq`` can stream them; every other command prints one object. ``SCHEMAS`` documents
+each shape; ``safeact COMMAND --help`` prints its own. A record or an approval is every field
+of ``Record`` or ``Approval``, so a field added to either appears in every shape that holds
+one, and is named in ``_RECORD`` or ``_APPROVAL`` in the same change (a test holds each
+shape to its names).
 """
 
 from __future__ import annotations
@@ -17,11 +20,12 @@ import attrs
 if TYPE_CHECKING:
     from safeact._archive import Archived
     from safeact._history import Event
-    from safeact._protocol import Record, SagaRecord
+    from safeact._protocol import Approval, Record, SagaRecord
     from safeact.exceptions import CorruptRecordError
 
 __all__ = [
     "SCHEMAS",
+    "approval_json",
     "archived_json",
     "corrupt_json",
     "doubt_json",
@@ -33,7 +37,15 @@ __all__ = [
 _RECORD = (
     "{key, tool, state, doubt_reason, args_hash, attempt_id, attempted_at, finished_at, "
     "lease_until, owner: {host, boot_id, pid, started, machine_id, pid_namespace, group}, "
-    "result, error_type, error_message}"
+    "result, error_type, error_message, arguments: {PARAMETER: VALUE}|null}"
+)
+_APPROVAL = (
+    "{key, tool, args_hash, state: pending|approved|denied|consumed, requested_at, "
+    "decided_at, decided_by, note, attempt_id, arguments: {PARAMETER: VALUE}|null}"
+)
+_DECISION = (
+    "one object: {key, from_state: APPROVAL_STATE|null, to_state, "
+    f"approval: APPROVAL {_APPROVAL}}}"
 )
 _CORRUPT = "{key, corrupt: WHAT_IS_WRONG, column}"
 _EVENT = "{subject, at, why, by, host, pid, from_state, to_state, attempt_id, note}"
@@ -46,7 +58,8 @@ SCHEMAS = {
     "ls": f"one line per key: RECORD {_RECORD}; a corrupt row: {_CORRUPT}",
     "show": (
         "one object: {key, record: RECORD|null, recorded_state, corrupt: "
-        f"{_CORRUPT}|null, late_completions: [RECORD|CORRUPT], history: [EVENT {_EVENT}]}}"
+        f"{_CORRUPT}|null, late_completions: [RECORD|CORRUPT], history: [EVENT {_EVENT}], "
+        f"approval: APPROVAL {_APPROVAL}|CORRUPT|null}}"
     ),
     "doubt": "one line per key in doubt: RECORD with age_seconds; a corrupt row: CORRUPT",
     "resolve": (
@@ -56,6 +69,12 @@ SCHEMAS = {
         "record: RECORD|null}"
     ),
     "amend": "one object: {key, result, record: RECORD}",
+    "approvals": (
+        f"one line per approval request (pending; with --all, every one): APPROVAL {_APPROVAL}; "
+        f"a corrupt row: {_CORRUPT}"
+    ),
+    "approve": _DECISION,
+    "deny": _DECISION,
     "sagas": f"one line per saga: {_SAGA}; a corrupt row: {_CORRUPT}",
     "purge": "one object: {dry_run, older_than, states: [STATE], keys: [KEY], sagas: [SAGA_ID]}",
     "stats": (
@@ -87,6 +106,11 @@ def _plain(_: object, __: object, value: object) -> object:
 def record_json(record: Record) -> dict[str, object]:
     """Every field of ``record`` (as ``get`` reads it) as JSON values."""
     return attrs.asdict(record, value_serializer=_plain)
+
+
+def approval_json(approval: Approval) -> dict[str, object]:
+    """Every field of ``approval`` as JSON values (the args hash whole)."""
+    return attrs.asdict(approval, value_serializer=_plain)
 
 
 def doubt_json(record: Record, now: datetime) -> dict[str, object]:

@@ -3,7 +3,8 @@
 Every value that comes from the ledger (a key, a tool's name, a note, an error message) is
 shown ``escaped``: control and format characters as escapes, and a backslash doubled where
 it could be read as one, so no key can rewrite the terminal or break a table, and two keys
-never look the same. Every line is ``printable`` besides, whatever it holds.
+never look the same. Every line is ``printable`` besides, whatever it holds. A call's kept
+arguments are shown as JSON (``arguments``), whose escapes make any text in them plain.
 """
 
 from __future__ import annotations
@@ -14,20 +15,28 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from safeact._protocol import UNSETTLED, Record, SagaRecord, State
+from safeact._history import Why
+from safeact._protocol import UNSETTLED, Approval, ApprovalState, Record, SagaRecord, State
 from safeact.exceptions import CorruptRecordError
 
 if TYPE_CHECKING:
     from collections.abc import Iterable, Mapping, Sequence
 
     from safeact._history import Event
+    from safeact._json import JSON
 
 __all__ = [
+    "SHORT_HASH",
     "age",
+    "approval_fields",
+    "approval_lines",
+    "approvals_table",
+    "arguments",
     "corrupt_count",
     "corrupt_lines",
     "corrupt_section",
     "count_row",
+    "decision_line",
     "doubt_table",
     "escaped",
     "event_line",
@@ -174,6 +183,9 @@ def event_line(event: Event | CorruptRecordError) -> list[str]:
         return ["?", "(corrupt event)", "?", "?", event.problem]
     from_state = "(new)" if event.from_state is None else event.from_state.value
     to_state = "(purged)" if event.to_state is None else event.to_state.value
+    change = f"{from_state} → {to_state}"
+    if event.from_state is None and event.to_state is None:
+        change = _APPROVAL_CHANGES.get(event.why, change)
     host = escaped(event.host)
     by = (
         f"by operator on {host} (pid {event.pid})"
@@ -181,7 +193,16 @@ def event_line(event: Event | CorruptRecordError) -> list[str]:
         else f"by process {event.pid} on {host}"
     )
     note = escaped(event.note or "")
-    return [when(event.at), f"{from_state} → {to_state}", event.why.value, by, note]
+    return [when(event.at), change, event.why.value, by, note]
+
+
+_APPROVAL_CHANGES = {
+    Why.APPROVAL_REQUESTED: "approval → pending",
+    Why.APPROVED: "approval → approved",
+    Why.DENIED: "approval → denied",
+    Why.PURGED: "approval denied → (purged)",
+}
+"""What the events of a key's approval changed: they move no key state, so have none."""
 
 
 def show_lines(
@@ -189,11 +210,14 @@ def show_lines(
     recorded: State,
     late: Sequence[Record | CorruptRecordError],
     events: Sequence[Event | CorruptRecordError],
+    approval: Sequence[tuple[str, str]] = (),
 ) -> list[str]:
     """Everything about one key: the record, its receipt, outcome, late completions, history.
 
     ``record`` is the key as ``get`` reads it; ``recorded`` the state its row holds, shown
-    too when a crash left it ATTEMPTING and nobody has marked it in doubt yet.
+    too when a crash left it ATTEMPTING and nobody has marked it in doubt yet. Its kept
+    arguments are shown when the tool keeps them; ``approval`` is ``approval_fields`` of
+    the key's approval, for a tool that needs one.
     """
     owner = record.owner
     state = record.state.value
@@ -218,6 +242,9 @@ def show_lines(
         fields.append(("result", json.dumps(record.result)))
     if record.error_type is not None:
         fields.append(("error", failure(record)))
+    if record.arguments is not None:
+        fields.append(("arguments", arguments(record.arguments)))
+    fields += approval
     lines = field_lines(fields)
     if late:
         lines += [
@@ -297,9 +324,14 @@ def size(ledger: Path) -> tuple[int, str]:
 
 
 def doubt_table(doubts: Sequence[Record], now: datetime) -> list[str]:
-    """A table of keys in doubt (as ``get`` reads them), with why and for how long."""
+    """A table of keys in doubt (as ``get`` reads them), with why and for how long.
+
+    When a tool keeps its calls' arguments, a last column shows them (``-`` for a key
+    whose tool does not); without any, the table has no such column.
+    """
+    kept = any(r.arguments is not None for r in doubts)
     return table(
-        ["KEY", "TOOL", "STATE", "ATTEMPTED", "AGE", "REASON"],
+        ["KEY", "TOOL", "STATE", "ATTEMPTED", "AGE", "REASON", *(["ARGUMENTS"] * kept)],
         [
             [
                 escaped(r.key),
@@ -308,10 +340,101 @@ def doubt_table(doubts: Sequence[Record], now: datetime) -> list[str]:
                 when(r.attempted_at),
                 age(now - r.attempted_at),
                 "-" if r.doubt_reason is None else r.doubt_reason.value,
+                *([arguments(r.arguments)] * kept),
             ]
             for r in doubts
         ],
     )
+
+
+def arguments(kept: JSON) -> str:
+    r"""A call's kept arguments for people: compact JSON, ASCII (``-`` when none are kept).
+
+    JSON's own escapes show every control or non-ASCII character (``\u001b``) and keep
+    the text unambiguous, as ``show`` shows a result.
+    """
+    return "-" if kept is None else json.dumps(kept)
+
+
+SHORT_HASH = 12
+"""How many characters of an args hash a table shows (``--args-hash`` takes that many)."""
+
+
+def approvals_table(found: Sequence[Approval | CorruptRecordError], *, every: bool) -> list[str]:
+    """Approval requests as a table, oldest first; ``every``: with their state and decision.
+
+    A corrupt row is a row saying what is wrong with it, in its place.
+    """
+    header = ["KEY", "TOOL", "REQUESTED", "ARGS HASH", "ARGUMENTS"]
+    if every:
+        header[2:2] = ["STATE"]
+        header[-1:-1] = ["DECIDED", "BY", "NOTE"]
+    return table(header, [_approval_row(a, every=every) for a in found])
+
+
+def _approval_row(found: Approval | CorruptRecordError, *, every: bool) -> list[str]:
+    if isinstance(found, CorruptRecordError):
+        cells = [escaped(found.subject), "?", "?", "?", f"corrupt: {found.problem}"]
+        if every:
+            cells[2:2] = ["corrupt"]
+            cells[-1:-1] = ["?", "?", ""]
+        return cells
+    cells = [
+        escaped(found.key),
+        escaped(found.tool),
+        when(found.requested_at),
+        escaped(found.args_hash[:SHORT_HASH]),
+        arguments(found.arguments),
+    ]
+    if every:
+        cells[2:2] = [found.state.value]
+        cells[-1:-1] = [
+            when(found.decided_at),
+            escaped(found.decided_by or "-"),
+            escaped(found.note or ""),
+        ]
+    return cells
+
+
+def approval_fields(approval: Approval | CorruptRecordError) -> list[tuple[str, str]]:
+    """What ``show`` says of a key's approval: where it stands, and who decided, when, why."""
+    if isinstance(approval, CorruptRecordError):
+        return [("approval", f"(corrupt) {approval.problem}")]
+    requested = f"requested {when(approval.requested_at)}"
+    if approval.state is ApprovalState.PENDING:
+        return [("approval", f"pending, {requested}")]
+    verb = "denied" if approval.state is ApprovalState.DENIED else "approved"
+    said = f"{verb} by {escaped(str(approval.decided_by))} at {when(approval.decided_at)}"
+    if approval.note is not None:
+        said += f": {escaped(approval.note)}"
+    if approval.state is ApprovalState.CONSUMED:
+        said = f"consumed by attempt {escaped(str(approval.attempt_id))} ({said})"
+    return [("approval", f"{said}; {requested}")]
+
+
+def approval_lines(
+    approval: Approval | CorruptRecordError, events: Sequence[Event | CorruptRecordError]
+) -> list[str]:
+    """``show`` of a key with an approval request and no row of its own: the request, history."""
+    if isinstance(approval, CorruptRecordError):
+        return corrupt_lines(approval, events)
+    fields = [
+        ("key", escaped(approval.key)),
+        ("state", f"not attempted (approval {approval.state.value})"),
+        ("tool", escaped(approval.tool)),
+        ("args hash", escaped(approval.args_hash)),
+    ]
+    if approval.arguments is not None:
+        fields.append(("arguments", arguments(approval.arguments)))
+    fields += approval_fields(approval)
+    return [*field_lines(fields), "", "history:", *history_lines(events)]
+
+
+def decision_line(before: Approval | None, after: Approval) -> str:
+    """What ``approve`` and ``deny`` recorded: the key, the change, who decided and why."""
+    was = "?" if before is None else before.state.value
+    said = f"{escaped(after.key)}: {was} → {after.state.value} by {escaped(str(after.decided_by))}"
+    return said if after.note is None else f"{said}: {escaped(after.note)}"
 
 
 def corrupt_section(location: str, corrupt: Sequence[CorruptRecordError]) -> list[str]:

@@ -26,6 +26,8 @@ NEEDS = {
     "show": ["KEY"],
     "resolve": ["KEY", "--not-happened"],
     "amend": ["KEY", "--result", "1"],
+    "approve": ["KEY", "--by", "grace"],
+    "deny": ["KEY", "--by", "grace"],
     "purge": ["--older-than", "1d"],
     "reconcile": ["--probes", "probes.py:PROBES"],
     "archive": ["--before", "1d", "--to", "history.jsonl"],

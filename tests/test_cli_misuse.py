@@ -118,10 +118,37 @@ NOT_UTF8 = {
         "argument --result",
         "so it is not JSON text",
     ),
+    "approvals --tool": (
+        ["approvals", "{ledger}", "--tool", b"\xff"],
+        "argument --tool",
+        "no tool's name",
+    ),
+    "approve KEY": (["approve", "{ledger}", b"\xff"], "argument KEY", "no key can match it"),
+    "approve --by": (
+        ["approve", "{ledger}", "pay-1", "--by", b"\xff"],
+        "argument --by",
+        "so it cannot be stored",
+    ),
+    "approve --note": (
+        ["approve", "{ledger}", "pay-1", "--by", "grace", "--note", b"\xff"],
+        "argument --note",
+        "so it cannot be stored",
+    ),
+    "deny KEY": (["deny", "{ledger}", b"\xff"], "argument KEY", "no key can match it"),
+    "deny --by": (
+        ["deny", "{ledger}", "pay-1", "--by", b"\xff"],
+        "argument --by",
+        "so it cannot be stored",
+    ),
+    "deny --note": (
+        ["deny", "{ledger}", "pay-1", "--by", "grace", "--note", b"\xff"],
+        "argument --note",
+        "so it cannot be stored",
+    ),
 }
 """Each text argument that reaches the ledger, given a byte that is not UTF-8."""
 
-TEXT_REACHING_THE_LEDGER = {"key", "note", "attempt", "tool", "result"}
+TEXT_REACHING_THE_LEDGER = {"key", "note", "attempt", "tool", "result", "by"}
 
 
 def test_every_text_argument_reaching_the_ledger_is_swept() -> None:

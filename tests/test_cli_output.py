@@ -23,6 +23,7 @@ COMMANDS = [
     ["show", "{ledger}", "pay-1"],
     ["show", "--json", "{ledger}", "pay-1"],
     ["doubt", "{ledger}"],
+    ["approvals", "{ledger}"],
     ["sagas", "{ledger}"],
     ["stats", "{ledger}"],
     ["reconcile", "{ledger}"],

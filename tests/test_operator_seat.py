@@ -196,7 +196,11 @@ def test_every_command_prints_json_of_its_documented_shape(crashed: str) -> None
             "migrate": ("migrate", crashed),
         }.items()
     }
-    assert set(objects) | {"archive", "export"} == set(subcommands())
+    # archive and export: the test below; the approvals' commands, whose ledger needs a
+    # gated tool: tests/test_cli_approvals.py.
+    assert set(objects) | {"archive", "export", "approvals", "approve", "deny"} == set(
+        subcommands()
+    )
     assert [o["key"] for o in objects["ls"]] == ["refund-1", "order-1:0:refund", *CRASHED]
     assert objects["show"][0]["key"] == key
     assert [e["why"] for e in objects["show"][0]["history"]] == ["claimed"]
@@ -310,7 +314,10 @@ def test_archive_moves_settled_history_to_a_file_and_keeps_the_crashed_keys(
 
 
 def seeded(ledger: str) -> None:
-    """refund-1 succeeded, mail-1 failed, order-1 a completed saga, lost-1 under a dead owner."""
+    """refund-1 succeeded, mail-1 failed, order-1 a completed saga, lost-1 under a dead owner.
+
+    wire-1 waits for approval; wire-2 is approved, and no call has used it yet.
+    """
 
     def mail(key: str) -> None:
         raise RuntimeError("smtp down")
@@ -323,6 +330,10 @@ def seeded(ledger: str) -> None:
             saga.step(refunding, 7)
         store._claim("lost-1", "refund", "h", attempt_id="dead", previous=None)
         bury_owners(store)
+        wiring = safe(store, name="wire", approval=True)(refund)
+        wiring("wire-1", 5)
+        wiring("wire-2", 6)
+        store.approve("wire-2", by="grace")
 
 
 def keys_listed(out: str) -> list[str]:
@@ -454,6 +465,86 @@ CASES: dict[tuple[str, str], tuple[list[str], int, Callable[[str], bool]]] = {
         ["amend", "LEDGER", "refund-1", "--result", "9", "--json"],
         2,
         lambda out: out == "",
+    ),
+    ("approvals", "ledger"): (
+        ["approvals", "LEDGER"],
+        0,
+        lambda out: keys_listed(out.split("\n\n")[0]) == ["wire-1"],
+    ),
+    ("approvals", "--tool"): (
+        ["approvals", "LEDGER", "--tool", "refund"],
+        0,
+        lambda out: out == "nothing waits for approval\n",
+    ),
+    ("approvals", "--all"): (
+        ["approvals", "LEDGER", "--all"],
+        0,
+        lambda out: keys_listed(out.split("\n\n")[0]) == ["wire-1", "wire-2"],
+    ),
+    ("approvals", "--json"): (
+        ["approvals", "LEDGER", "--json"],
+        0,
+        lambda out: [json.loads(line)["key"] for line in out.splitlines()] == ["wire-1"],
+    ),
+    ("approve", "ledger"): (
+        ["approve", "LEDGER", "wire-1", "--by", "grace"],
+        0,
+        lambda out: out == "wire-1: pending → approved by grace\n",
+    ),
+    ("approve", "key"): (
+        ["approve", "LEDGER", "wire-2", "--by", "grace"],
+        2,
+        lambda out: out == "",
+    ),
+    ("approve", "--by"): (
+        ["approve", "LEDGER", "wire-1", "--by", "ada"],
+        0,
+        lambda out: out == "wire-1: pending → approved by ada\n",
+    ),
+    ("approve", "--note"): (
+        ["approve", "LEDGER", "wire-1", "--by", "ada", "--note", "invoice 7", "--json"],
+        0,
+        lambda out: json.loads(out)["approval"]["note"] == "invoice 7",
+    ),
+    ("approve", "--args-hash"): (
+        ["approve", "LEDGER", "wire-1", "--by", "ada", "--args-hash", "0" * 12],
+        2,
+        lambda out: out == "",
+    ),
+    ("approve", "--json"): (
+        ["approve", "LEDGER", "wire-1", "--by", "ada", "--json"],
+        0,
+        lambda out: json.loads(out)["to_state"] == "approved",
+    ),
+    ("deny", "ledger"): (
+        ["deny", "LEDGER", "wire-1", "--by", "grace"],
+        0,
+        lambda out: out == "wire-1: pending → denied by grace\n",
+    ),
+    ("deny", "key"): (
+        ["deny", "LEDGER", "wire-2", "--by", "grace"],
+        0,
+        lambda out: out == "wire-2: approved → denied by grace\n",
+    ),
+    ("deny", "--by"): (
+        ["deny", "LEDGER", "wire-1", "--by", "ada"],
+        0,
+        lambda out: out == "wire-1: pending → denied by ada\n",
+    ),
+    ("deny", "--note"): (
+        ["deny", "LEDGER", "wire-1", "--by", "ada", "--note", "wrong amount", "--json"],
+        0,
+        lambda out: json.loads(out)["approval"]["note"] == "wrong amount",
+    ),
+    ("deny", "--args-hash"): (
+        ["deny", "LEDGER", "wire-1", "--by", "ada", "--args-hash", "0" * 12],
+        2,
+        lambda out: out == "",
+    ),
+    ("deny", "--json"): (
+        ["deny", "LEDGER", "wire-1", "--by", "ada", "--json"],
+        0,
+        lambda out: json.loads(out)["to_state"] == "denied",
     ),
     ("sagas", "ledger"): (["sagas", "LEDGER"], 0, lambda out: keys_listed(out) == ["order-1"]),
     ("sagas", "--state"): (
