@@ -67,12 +67,17 @@ class Saga:
     first, and ``SagaFailed`` is raised. Re-running a saga whose rollback was incomplete
     takes the rollback up again (a compensation an operator released then runs). An
     interrupt (a ``BaseException`` that is not an ``Exception``) propagates without a
-    rollback; the saga stays as it was and a re-run carries on. Run one saga id in one
-    process at a time.
+    rollback; the saga stays as it was and a re-run carries on. So does a step whose tool
+    needs a person's approval (``safe(..., approval=True)``) and has none yet: it raises
+    ``AwaitingApprovalError`` without running or undoing anything, and a re-run after the
+    decision goes on from it; a denied step aborts the saga like a failed one. Run one saga
+    id in one process at a time.
 
     Raises:
         SagaFailed: from ``with`` if the saga was fully rolled back before (nothing runs),
             from ``step`` when a step aborts it, and from the block's end when it raised.
+        AwaitingApprovalError: from ``step``, when its step (or an earlier one of this run)
+            waits for approval; the saga stays running.
         KeyConflictError: a re-run takes other steps than the ledger recorded; nothing new
             runs and nothing is compensated.
         SafeError: from the block's end, when it ended without reaching every step an
@@ -178,7 +183,12 @@ class Saga:
         is.
 
         Raises:
-            SagaFailed: the step returned ``Failed`` or ``InDoubt``; the saga was rolled back.
+            SagaFailed: the step returned ``Failed`` (a person denied it: ``error_type``
+                ``"safeact.Denied"``) or ``InDoubt``; the saga was rolled back.
+            AwaitingApprovalError: the step's tool needs approval and a person has not
+                decided, or an earlier step of this run waits so; nothing ran, nothing is
+                undone, and the saga stays running. Run the saga's code again once it is
+                decided: the steps before replay, and this one runs (or aborts the saga).
             KeyConflictError: an earlier run of this saga took another step here, or the
                 step's arguments differ from that run's. Nothing runs or is compensated.
             TypeError, ValueError, StoreError: as for a guarded call, or the compensation

@@ -17,12 +17,17 @@ calls each step, between ``begin_step`` and ``settle_step``.
                           │             outcome to replay (Read) ─► roll back
                           └► the driver calls the step ─► settle_step: Succeeded, stored (Read)
                                                           │            ─► its value
-                                                          └► Failed / InDoubt / not stored
-                                                             ─► roll back
+                                                          ├► AwaitingApproval ─► raise
+                                                          │  AwaitingApprovalError: the run
+                                                          │  stops there, the saga RUNNING
+                                                          └► Failed (a denial too) / InDoubt /
+                                                             not stored ─► roll back
 
     end       block ended quietly ─► Move COMPLETED, if it reached every recorded step
+                                 │   and no step of this run waits for approval
                                  └► roll back, if the ledger is undoing the saga
-              block raised an Exception ─► roll back (not a finished saga, nor step()'s refusal)
+              block raised an Exception ─► roll back (not a finished saga, nor step()'s refusal,
+                                           nor an AwaitingApprovalError of a running saga)
 
     roll back Move COMPENSATING ─► ReadSaga ─► newest first, each step completed in this run
               that has a compensation: Compensate ─► Read its record ─► how it went
@@ -46,9 +51,25 @@ import attrs
 
 from safeact._call import Read
 from safeact._keys import check_key
-from safeact._outcome import Failed, InDoubt, Outcome, Succeeded, failed_from, in_doubt_from
-from safeact._protocol import UNSETTLED, DoubtReason, Record, SagaRecord, SagaState, State
-from safeact.exceptions import KeyConflictError, ReplayOnlyError, SafeError
+from safeact._outcome import (
+    AwaitingApproval,
+    Failed,
+    InDoubt,
+    Outcome,
+    Succeeded,
+    failed_from,
+    in_doubt_from,
+)
+from safeact._protocol import (
+    DENIED,
+    UNSETTLED,
+    DoubtReason,
+    Record,
+    SagaRecord,
+    SagaState,
+    State,
+)
+from safeact.exceptions import AwaitingApprovalError, KeyConflictError, ReplayOnlyError, SafeError
 
 __all__ = [
     "Begin",
@@ -75,14 +96,18 @@ class SagaFailed(SafeError):  # noqa: N818 - the name users asked for
     Attributes:
         saga_id: the saga.
         step: key of the step whose outcome aborted it, or None if the block raised.
-        outcome: that step's ``Failed`` or ``InDoubt`` (an in-doubt step is not
-            compensated: nobody knows whether it happened), or None once an operator
-            resolved it.
-        reason: the block's exception as ``Type: message`` when the block aborted it.
+        outcome: that step's ``Failed`` (``error_type`` ``"safeact.Denied"`` when a person
+            denied it) or ``InDoubt`` (an in-doubt step is not compensated: nobody knows
+            whether it happened), or None once an operator resolved it, and in a re-run
+            after a denial (the ledger keeps the denial as ``reason``).
+        reason: the block's exception as ``Type: message`` when the block aborted it, or
+            ``safeact.Denied: denied by <who>[: <note>]`` when a person denied ``step``.
         compensated: keys of the steps whose compensation ran in this run.
         replayed: keys of the steps whose compensation had already run.
         failed: keys of the steps whose compensation failed.
         in_doubt: keys of the steps whose compensation is in doubt.
+        awaiting: keys of the steps whose compensation needs a person's approval and has
+            none yet: it did not run; a re-run after the approval runs it.
         unreached: keys of completed steps whose compensation could not be called: the
             run that rolled back did not reach them (its block changed or ended early).
         skipped: keys of completed steps that have no compensation.
@@ -106,6 +131,7 @@ class SagaFailed(SafeError):  # noqa: N818 - the name users asked for
         unreached: tuple[str, ...] = (),
         skipped: tuple[str, ...] = (),
         unresolved: tuple[str, ...] = (),
+        awaiting: tuple[str, ...] = (),
     ) -> None:
         """Report how saga ``saga_id`` was aborted and rolled back."""
         self.saga_id = saga_id
@@ -119,6 +145,7 @@ class SagaFailed(SafeError):  # noqa: N818 - the name users asked for
         self.unreached = unreached
         self.skipped = skipped
         self.unresolved = unresolved
+        self.awaiting = awaiting
         cause = _cause(step, outcome, reason)
         rollback = "fully rolled back" if self.fully_rolled_back else "NOT fully rolled back"
         parts = [
@@ -128,6 +155,7 @@ class SagaFailed(SafeError):  # noqa: N818 - the name users asked for
                 ("compensation replayed", replayed),
                 ("compensation FAILED", failed),
                 ("compensation IN DOUBT", in_doubt),
+                ("compensation AWAITS APPROVAL", awaiting),
                 ("compensation NOT REACHED", unreached),
                 ("no compensation", skipped),
                 ("step IN DOUBT, compensation waits for its resolve", unresolved),
@@ -139,7 +167,9 @@ class SagaFailed(SafeError):  # noqa: N818 - the name users asked for
     @property
     def fully_rolled_back(self) -> bool:
         """Whether every step that may have happened and has a compensation was compensated."""
-        return not (self.failed or self.in_doubt or self.unreached or self.unresolved)
+        return not (
+            self.failed or self.in_doubt or self.unreached or self.unresolved or self.awaiting
+        )
 
 
 def _cause(step: str | None, outcome: Failed | InDoubt | None, reason: str | None) -> str:
@@ -148,6 +178,8 @@ def _cause(step: str | None, outcome: Failed | InDoubt | None, reason: str | Non
             return f"step {step!r} failed ({error_type}: {message})"
         case InDoubt():
             return f"step {step!r} is in doubt (not compensated)"
+        case None if step is not None and reason is not None and reason.startswith(DENIED):
+            return f"step {step!r} failed ({reason})"  # denied: no record but the saga's
         case None if step is not None:
             return f"step {step!r} was in doubt until an operator resolved it"
         case None:
@@ -231,7 +263,9 @@ class Rebuild:
 SagaRequest: TypeAlias = Begin | RecordStep | Move | ReadSaga | Read | Rebuild | Compensate
 """What a run of a saga asks of its driver."""
 
-UndoKind: TypeAlias = Literal["compensated", "replayed", "failed", "in_doubt", "unreached"]
+UndoKind: TypeAlias = Literal[
+    "compensated", "replayed", "failed", "in_doubt", "unreached", "awaiting"
+]
 """What became of the compensation of a completed step, as ``SagaFailed`` reports it."""
 
 Block: TypeAlias = Literal["before", "in", "after"]
@@ -258,9 +292,10 @@ class SagaRun:
 
     ``state`` is the saga's state as this run knows it, ``recorded`` the steps the ledger had
     when the run entered, ``completed`` the steps that succeeded in this run, oldest first,
-    ``failure`` the report once this run rolled the saga back, and ``block`` where the run's
-    block is: not entered yet, running, or ended. ``replay_only``, set by the driver before
-    each of the generators, makes it ask for nothing that writes.
+    ``failure`` the report once this run rolled the saga back, ``waiting`` the error its step
+    raised once it waits for a person's approval, and ``block`` where the run's block is: not
+    entered yet, running, or ended. ``replay_only``, set by the driver before each of the
+    generators, makes it ask for nothing that writes.
     """
 
     saga_id: str
@@ -271,6 +306,7 @@ class SagaRun:
     next_index: int = 0
     completed: list[Done] = attrs.Factory(list)
     failure: SagaFailed | None = None
+    waiting: AwaitingApprovalError | None = None
     replay_only: bool = False
 
     def enter(self) -> Generator[SagaRequest, object, None]:
@@ -324,11 +360,15 @@ class SagaRun:
         Raises:
             SafeError: the step is taken outside the run's block; nothing ran.
             SagaFailed: this run rolled the saga back: nothing more runs.
+            AwaitingApprovalError: a step of this run waits for approval: no later step
+                runs before it.
 
         """
         self.check_in_block()
         if self.failure is not None:
             raise self.failure
+        if self.waiting is not None:
+            raise self.waiting
         self.next_index += 1
         return self.next_index - 1
 
@@ -393,8 +433,11 @@ class SagaRun:
         ``replay`` rebuilds a stored result as the step's return type.
 
         Raises:
-            SagaFailed: the step failed, is in doubt, or ran without its result stored; the
-                saga was rolled back (chained from the step's exception, if it raised now).
+            SagaFailed: the step failed (a denied one too), is in doubt, or ran without its
+                result stored; the saga was rolled back (chained from the step's exception,
+                if it raised now).
+            AwaitingApprovalError: the step waits for a person's approval; it did not run,
+                nothing is undone, and the saga stays RUNNING for a re-run to go on.
 
         """
         match outcome:
@@ -410,9 +453,21 @@ class SagaRun:
                 self.completed.append(Done(key, rebuilt, undo))
                 return value
             case Failed(exception=exception):
-                raise (yield from self.roll_back(step=key, outcome=outcome)) from exception
+                # A denial has no record of its own in the calls: the saga keeps it, so a
+                # re-run's report still says who said no.
+                reason = _denial(outcome)
+                failure = yield from self.roll_back(step=key, outcome=outcome, reason=reason)
+                raise failure from exception
             case InDoubt():
                 raise (yield from self.roll_back(step=key, outcome=outcome))
+            case AwaitingApproval():
+                # A person has not said no: nothing to undo, and nothing after it may run
+                # first. The saga stays RUNNING; its re-run replays the steps before this
+                # one and calls it again, which runs it once approved.
+                self.waiting = AwaitingApprovalError(
+                    outcome.key, outcome.tool, outcome.requested_at, outcome.args_hash
+                )
+                raise self.waiting
 
     def end(
         self, exc: BaseException | None, *, refused: bool
@@ -422,7 +477,10 @@ class SagaRun:
         ``refused``: ``exc`` is an error ``step`` raised before running anything (a conflict,
         arguments that do not fit, a broken ledger), which undoes nothing. Neither does a
         ``ReplayOnlyError``, an interrupt (a ``BaseException`` that is not an
-        ``Exception``), nor anything after the saga finished.
+        ``Exception``), nor anything after the saga finished, nor an
+        ``AwaitingApprovalError`` while the saga runs: a step waits for a person, who has
+        not said no. A block that waits (it raised that error, or caught it and ended
+        quietly) leaves the saga RUNNING, not completed.
 
         Raises:
             SagaFailed: the saga was rolled back (chained from ``exc``).
@@ -434,13 +492,15 @@ class SagaRun:
         if exc is None:
             if self.state is SagaState.COMPENSATING:
                 raise (yield from self.roll_back())  # the ledger says it is being undone
-            if self.state is SagaState.RUNNING:
+            if self.state is SagaState.RUNNING and self.waiting is None:
                 yield from self._complete()
             return
         if refused or exc is self.failure or not isinstance(exc, Exception):
             return
         if isinstance(exc, ReplayOnlyError):
             return  # nothing ran or was written: a refusal, which undoes nothing
+        if isinstance(exc, AwaitingApprovalError) and self.state is SagaState.RUNNING:
+            return  # waiting is not failing: the saga stays RUNNING for a re-run
         if self.state in (SagaState.COMPLETED, SagaState.COMPENSATED):
             return  # a finished saga is not undone by what its re-run does afterwards
         raise (yield from self.roll_back(reason=f"{type(exc).__name__}: {exc}")) from exc
@@ -560,6 +620,7 @@ class SagaRun:
                 "unreached",
                 "skipped",
                 "unresolved",
+                "awaiting",
             )
         }
         for key, undo in reversed(list(zip(saga.steps, saga.compensations, strict=True))):
@@ -606,6 +667,8 @@ def _undo_kind(outcome: Outcome[object], record: Record | None) -> UndoKind:
             return "failed"
         case InDoubt():
             return "in_doubt"
+        case AwaitingApproval():
+            return "awaiting"  # it did not run: a re-run after the approval runs it
 
 
 def _recorded_undo(record: Record | None) -> UndoKind:
@@ -617,6 +680,13 @@ def _recorded_undo(record: Record | None) -> UndoKind:
     if record.state is State.FAILED:
         return "failed"
     return "in_doubt"
+
+
+def _denial(outcome: Failed) -> str | None:
+    """A person's denial of a step as the saga keeps it (``safeact.Denied: ...``), else None."""
+    if outcome.error_type != DENIED:
+        return None
+    return f"{outcome.error_type}: {outcome.message}"
 
 
 def _stored_outcome(record: Record | None) -> Failed | InDoubt | None:

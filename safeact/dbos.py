@@ -33,6 +33,13 @@ the key is spent. Under replay-only (``safeact.replay_only()``, ``SAFEACT_REPLAY
 step replays what its key recorded, and one with nothing to replay raises
 ``ReplayOnlyError``, which ``retryable`` does not retry: nothing ran.
 
+A tool that needs a person's approval (``safe(..., approval=True)``) raises
+``AwaitingApprovalError`` from its step while nobody has decided, which ``retryable`` does not
+retry either: the workflow catches it, waits with ``DBOS.recv`` for the decision (sent by
+whoever approves), and calls the step again. The new step has the same key, so an approval
+runs the action once and a denial raises ``FailedCallError`` (``error_type``
+``"safeact.Denied"``).
+
 ``DBOS.fork_workflow`` runs the steps from ``start_step`` on under a new workflow id, so
 under ``in_workflow`` their actions run again: a fork means "do it again". To fork without
 acting again, key those tools by business identity (``key=safeact.template(...)``).
@@ -58,7 +65,13 @@ from dbos import DBOS
 from safeact._keyed import KeyPolicy, NoRunKeyError, ToolCall, keyed
 from safeact._protocol import DoubtReason
 from safeact._tool import AsyncSafeTool, SafeTool
-from safeact.exceptions import FailedCallError, InDoubtError, KeyConflictError, ReplayOnlyError
+from safeact.exceptions import (
+    AwaitingApprovalError,
+    FailedCallError,
+    InDoubtError,
+    KeyConflictError,
+    ReplayOnlyError,
+)
 
 __all__ = ["guarded_step", "in_workflow", "retryable"]
 
@@ -116,8 +129,10 @@ def guarded_step(
 
     The step returns the value (ran now, or replayed from the ledger when DBOS runs the
     step again) or raises ``InDoubtError`` (the action may have run: a crash cut it off;
-    it is not run again) or ``FailedCallError`` (it raised, now or before). See the
-    module's documentation for what a workflow does with a doubt.
+    it is not run again) or ``FailedCallError`` (it raised, now or before, or a person
+    denied it) or ``AwaitingApprovalError`` (it needs an approval nobody has given yet;
+    nothing ran). See the module's documentation for what a workflow does with a doubt
+    or a wait.
 
     Raises:
         TypeError: ``tool`` is not a guarded tool.
@@ -134,12 +149,16 @@ def retryable(error: BaseException) -> bool:
 
     ``@DBOS.step(retries_allowed=True, should_retry=retryable)``. No for what a retry under
     the same key would only repeat: ``FailedCallError``, ``KeyConflictError``,
-    ``ReplayOnlyError`` (a replay-only process refuses the call again), and
-    ``InDoubtError``, settled until a person resolves the key (DBOS would hide them in
-    ``DBOSMaxStepRetriesExceeded``). Yes for a doubt whose action is still running under a
-    live owner (``in_flight``), which a later attempt may find finished, and for any other
-    error (a busy ledger, say), raised before the action ran.
+    ``ReplayOnlyError`` (a replay-only process refuses the call again), ``InDoubtError``,
+    settled until a person resolves the key, and ``AwaitingApprovalError``, pending until
+    a person decides, which the workflow waits for itself (DBOS would hide them in
+    ``DBOSMaxStepRetriesExceeded``, the last after seconds of retries). Yes for a doubt
+    whose action is still running under a live owner (``in_flight``), which a later attempt
+    may find finished, and for any other error (a busy ledger, say), raised before the
+    action ran.
     """
     if isinstance(error, InDoubtError):
         return error.reason is DoubtReason.IN_FLIGHT
-    return not isinstance(error, FailedCallError | KeyConflictError | ReplayOnlyError)
+    return not isinstance(
+        error, FailedCallError | KeyConflictError | ReplayOnlyError | AwaitingApprovalError
+    )

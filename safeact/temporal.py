@@ -8,7 +8,9 @@ the same on every attempt, in every run of the workflow id. A retry after the ac
 finished replays its result; a retry after a crash in the middle of it finds the key in
 doubt and stops, so that a person can check, instead of acting again. Once the key is
 resolved, the workflow run again under its id (a new run id) replays what was recorded,
-or acts if it did not happen.
+or acts if it did not happen. A tool that needs a person's approval (``safe(...,
+approval=True)``) fails the activity at once while the request waits, so that the workflow,
+not a retry loop, waits for the person.
 
 Importing this module imports ``temporalio``; ``import safeact`` does not. Install it with
 the ``safeact[temporal]`` extra. Tested with ``temporalio.testing.ActivityEnvironment`` and
@@ -37,9 +39,16 @@ from safeact._keyed import (
 )
 from safeact._protocol import DoubtReason
 from safeact._tool import AsyncSafeTool, SafeTool
-from safeact.exceptions import FailedCallError, InDoubtError, KeyConflictError, ReplayOnlyError
+from safeact.exceptions import (
+    AwaitingApprovalError,
+    FailedCallError,
+    InDoubtError,
+    KeyConflictError,
+    ReplayOnlyError,
+)
 
 __all__ = [
+    "AWAITING_APPROVAL",
     "FAILED",
     "IN_DOUBT",
     "IN_FLIGHT",
@@ -63,11 +72,21 @@ KEY_CONFLICT = "safeact.KeyConflict"
 """``ApplicationError.type`` of a key used for another action (not retryable)."""
 NO_KEY = "safeact.NoRunKey"
 """``ApplicationError.type`` of a call the key policy found no key for (not retryable)."""
+AWAITING_APPROVAL = "safeact.AwaitingApproval"
+"""``ApplicationError.type`` of a call whose approval a person has not given yet (not
+retryable; details: key, tool, requested_at, args_hash)."""
 REPLAY_ONLY = "safeact.ReplayOnly"
 """``ApplicationError.type`` of a call a replay-only worker refused: nothing to replay (not
 retryable; details: key, tool, refused)."""
 
-_TOLD = (InDoubtError, FailedCallError, KeyConflictError, NoRunKeyError, ReplayOnlyError)
+_TOLD = (
+    InDoubtError,
+    FailedCallError,
+    KeyConflictError,
+    NoRunKeyError,
+    ReplayOnlyError,
+    AwaitingApprovalError,
+)
 """What the activity tells Temporal as an ``ApplicationError`` (see ``guarded_activity``)."""
 
 
@@ -164,6 +183,14 @@ def guarded_activity(
       (``safeact.replay_only()``, ``SAFEACT_REPLAY_ONLY=1``) and the key has no outcome to
       replay; nothing ran, and a retry would be refused again. ``details[0]`` has ``key``,
       ``tool`` and ``refused``.
+    * ``AWAITING_APPROVAL`` (``"safeact.AwaitingApproval"``), not retryable: the tool needs
+      a person's approval (``safe(..., approval=True)``) and nobody has decided; nothing
+      ran. ``details[0]`` has ``key``, ``tool``, ``requested_at`` and ``args_hash``. The
+      workflow waits durably (for a signal sent with the decision, or a timer) and calls
+      the activity again: under ``in_workflow`` it has the same key, so an approval runs
+      the action once, and a denial is ``FAILED`` with ``error_type`` ``"safeact.Denied"``.
+      Retrying instead would poll the ledger under the retry policy, whose attempts or
+      ``schedule_to_close_timeout`` end long before a person may answer.
 
     Cancelling: a sync activity is defined with ``no_thread_cancel_exception=True``, so
     Temporal does not raise its ``CancelledError`` inside the action (where safeact would
@@ -230,9 +257,27 @@ def _dressed(function: Callable[..., Any], plain: Callable[..., Any]) -> Callabl
 
 
 def _application_error(
-    exc: InDoubtError | FailedCallError | KeyConflictError | NoRunKeyError | ReplayOnlyError,
+    exc: InDoubtError
+    | FailedCallError
+    | KeyConflictError
+    | NoRunKeyError
+    | ReplayOnlyError
+    | AwaitingApprovalError,
 ) -> ApplicationError:
     """The ``ApplicationError`` that tells Temporal what happened, and whether to retry."""
+    if isinstance(exc, AwaitingApprovalError):
+        request = {
+            "key": exc.key,
+            "tool": exc.tool,
+            "requested_at": exc.requested_at.isoformat(),
+            "args_hash": exc.args_hash,
+        }
+        return ApplicationError(
+            f"{exc}. Not retried: the workflow waits for the decision and calls again.",
+            request,
+            type=AWAITING_APPROVAL,
+            non_retryable=True,
+        )
     if isinstance(exc, ReplayOnlyError):
         return ApplicationError(
             f"{exc}. Not retried: a retry would be refused again.",
