@@ -204,7 +204,7 @@ process group of its own: an owner's end includes its group's later processes)."
 
 
 def test(arguments: list[str]) -> None:
-    """Run tests/ and typings/, then tests/test_mcp.py on mcp 1.x; branch coverage of both."""
+    """Run tests/ and typings/, then the MCP tests on mcp 1.x; branch coverage of both."""
     python = dev_python()
     env = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     run(
@@ -227,6 +227,7 @@ def test(arguments: list[str]) -> None:
         "-m",
         "pytest",
         "tests/test_mcp.py",
+        "tests/test_mcp_approval.py",
         "-o",
         f"addopts={addopts_without_typings()}",
         "--cov=safeact",

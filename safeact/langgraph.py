@@ -24,6 +24,12 @@ Known limits of the thread key, all measured with LangGraph 1.2:
   with other arguments, a new action with a new key. Run graphs with guarded tools under
   ``durability="sync"``; the tool warns once per process when it is not.
 
+A tool made with ``safe(ledger, approval=True)`` pauses the graph for a person's approval
+(``interrupt`` with the request, ``"kind": "approval"``), and the resume verdict is recorded
+in the ledger, bound to the key and the argument digest: the decision lives with the
+action, not only in the run's state, so a run resumed after a crash, or resumed twice,
+never acts twice on one yes (see ``safe_tool``).
+
 Never call ``interrupt()`` inside a guarded function: LangGraph pauses by raising an
 ``Exception`` subclass, which safeact records as the action's failure (the graph never
 pauses, and the key replays that failure). Pause before the guarded call, in another node
@@ -34,6 +40,8 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
+import shlex
 import warnings
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Literal, TypeAlias, cast
@@ -46,6 +54,7 @@ from langchain_core.tools import BaseTool, StructuredTool, ToolException
 from langgraph.types import interrupt
 
 from safeact._codec import ResultNotStorableError, decode, encode
+from safeact._history import Why
 from safeact._keyed import (
     KeyPolicy,
     NoRunKeyError,
@@ -59,9 +68,10 @@ from safeact._keyed import (
     receipt_of,
     split_arguments,
 )
-from safeact._protocol import JSON
+from safeact._protocol import DENIED, JSON
 from safeact._tool import AsyncSafeTool, SafeTool
 from safeact.exceptions import (
+    AwaitingApprovalError,
     FailedCallError,
     InDoubtError,
     KeyConflictError,
@@ -187,6 +197,26 @@ def safe_tool(
     * ``"message"``: the model gets an error tool message with the receipt, telling it not
       to call again; a person resolves the key (``safeact resolve``).
 
+    A tool made with ``approval=True`` whose call waits for a person's approval does as
+    ``on_doubt`` says too:
+
+    * ``"interrupt"``: it pauses the graph with the request: ``"kind": "approval"``,
+      ``key``, ``tool``, ``requested_at``, ``args_hash`` and ``arguments`` (as the tool
+      keeps them, redacted; ``None`` unless ``keep_arguments=True``). Resume with
+      ``Command(resume={"approved": True, "by": "ada", "note": "invoice 7"})`` or
+      ``{"approved": False, "by": "ada", "note": "..."}``; add the request's
+      ``"args_hash"`` to apply the decision only to the arguments it showed. The decision
+      is recorded in the ledger (``Store.approve`` / ``Store.deny``, bound to the key and
+      the digest, kept in its history) and the call is made again: approved, the action
+      runs once, consuming the approval; denied, the model gets an error tool message with
+      the denial, and the action never runs under that key. A verdict that cannot be used,
+      or that the ledger refuses (other arguments; a request decided meanwhile), pauses
+      again with ``error``. An approval verdict is applied once: a run resumed after a
+      crash finds it spent (named in the history, as doubt verdicts are) and never hands
+      it to a later request, which one approval never authorizes.
+    * ``"message"``: the model gets an error tool message saying that nothing ran and a
+      person must approve (``safeact approve``); the same call made again then runs once.
+
     With several calls that may pause in one step, prefer ``create_agent`` (one task per
     call) to a hand-built ``ToolNode`` (one task for all its calls, which LangGraph matches
     with resume values by the order they paused in).
@@ -291,6 +321,76 @@ class _Verdict:
         self.result = result
         self.force = force
         self.attempt_id = attempt_id
+
+
+class _Decision:
+    """A person's answer to an approval pause: yes or no, by whom, why, for which digest."""
+
+    __slots__ = ("approved", "args_hash", "by", "note")
+
+    def __init__(self, *, approved: bool, by: str, note: str | None, args_hash: str | None) -> None:
+        self.approved = approved
+        self.by = by
+        self.note = note
+        self.args_hash = args_hash
+
+
+_DECISION_SHAPE = (
+    'resume with {"approved": true, "by": "<who decides>"} or {"approved": false, "by": '
+    '"<who decides>"} (optionally "note": "<why>", and "args_hash": "<from the request>")'
+)
+
+
+def _decision(answer: object) -> _Decision:
+    """Read the resume value of an approval pause.
+
+    Raises:
+        ValueError: it is not a decision.
+
+    """
+    problem = _decision_problem(answer)
+    if problem is not None:
+        raise ValueError(
+            f"the resume value {answer!r} is not an approval verdict ({problem}): {_DECISION_SHAPE}"
+        )
+    decision = cast("Mapping[str, Any]", answer)
+    return _Decision(
+        approved=decision["approved"],
+        by=decision["by"],
+        note=decision.get("note"),
+        args_hash=decision.get("args_hash"),
+    )
+
+
+def _decision_problem(answer: object) -> str | None:  # noqa: PLR0911 - one return per rule
+    """What is wrong with a resume value as an approval verdict, or None."""
+    if not isinstance(answer, Mapping):
+        return "it is not a mapping"
+    unknown = set(answer) - {"approved", "by", "note", "args_hash"}
+    by, note, args_hash = answer.get("by"), answer.get("note"), answer.get("args_hash")
+    if unknown:
+        return f"it has unknown fields {sorted(map(str, unknown))}"
+    if not isinstance(answer.get("approved"), bool):
+        return '"approved" must be true or false'
+    if not isinstance(by, str) or not by.strip():
+        return '"by" must name the person deciding, a non-empty string'
+    if note is not None and not isinstance(note, str):
+        return '"note" must be a string'
+    if args_hash is not None and (not isinstance(args_hash, str) or not args_hash):
+        return '"args_hash" must be the args_hash from the request, a non-empty string'
+    return None
+
+
+def _request(waiting: AwaitingApprovalError, arguments: JSON) -> dict[str, JSON]:
+    """The approval pause's payload: the request as JSON, with the arguments when kept."""
+    return {
+        "kind": "approval",
+        "key": waiting.key,
+        "tool": waiting.tool,
+        "requested_at": waiting.requested_at.isoformat(),
+        "args_hash": waiting.args_hash,
+        "arguments": arguments,
+    }
 
 
 _VERDICT_SHAPE = (
@@ -403,12 +503,12 @@ class _Guard:
             try:
                 return model_text(self.plain(*args, **kwargs), self.tool.return_type)
             except FailedCallError as exc:
-                raise ToolException(str(exc)) from exc
+                raise self._failed(exc) from exc
             except KeyConflictError as exc:
                 raise self._conflict(exc) from exc
-            except InDoubtError as exc:
-                doubt = exc
-            pauses, refused = self._settle(doubt, pauses, refused)
+            except (InDoubtError, AwaitingApprovalError) as exc:
+                stop = exc
+            pauses, refused = self._pause(stop, pauses, refused)
 
     async def run_async(self, **arguments: object) -> str:
         """Call the async tool; pause or report a doubt (LangChain's ``coroutine``)."""
@@ -420,14 +520,31 @@ class _Guard:
                 value = await cast("Awaitable[object]", self.plain(*args, **kwargs))
                 return model_text(value, self.tool.return_type)
             except FailedCallError as exc:
-                raise ToolException(str(exc)) from exc
+                raise self._failed(exc) from exc
             except KeyConflictError as exc:
                 raise self._conflict(exc) from exc
-            except InDoubtError as exc:
-                doubt = exc
+            except (InDoubtError, AwaitingApprovalError) as exc:
+                stop = exc
             # On the loop, not in a thread: interrupt() writes to the running task. The
-            # ledger reads and writes it makes here are few, and only on a doubt.
-            pauses, refused = self._settle(doubt, pauses, refused)
+            # ledger reads and writes it makes here are few, and only on a pause.
+            pauses, refused = self._pause(stop, pauses, refused)
+
+    def _pause(
+        self, stop: InDoubtError | AwaitingApprovalError, pauses: int, refused: str | None
+    ) -> tuple[int, str | None]:
+        """Settle a doubt, or get a person's decision on a request, as the call needs."""
+        if isinstance(stop, AwaitingApprovalError):
+            return self._ask(stop, pauses, refused)
+        return self._settle(stop, pauses, refused)
+
+    def _failed(self, failure: FailedCallError) -> ToolException:
+        """The model's error for a failed action, or for a person's denial of it."""
+        if failure.error_type != DENIED:
+            return ToolException(str(failure))
+        return ToolException(
+            f"{self.name} did not run: {failure.message} (a person's decision). It will not "
+            f"run under the key {failure.key!r}; do not call it again for this."
+        )
 
     def _conflict(self, conflict: KeyConflictError) -> ToolException:
         """The model's error for a key that names another action, after a person saw it.
@@ -458,13 +575,15 @@ class _Guard:
             index, pauses = pauses, pauses + 1
             answer = interrupt(receipt)  # a stored verdict, or pauses the graph here
             marker = self._marker(index)
+            if self._applied(doubt.key, marker, answer):
+                # Applied on an earlier run (a verdict on an attempt since ended, or an
+                # approval the claim has consumed): spent, ask anew.
+                continue
             try:
                 verdict = _verdict(answer)
             except ValueError as exc:
                 receipt = {**receipt, "error": str(exc)}
                 continue
-            if self._applied(doubt.key, marker):
-                continue  # applied on an earlier run, to an attempt since ended: ask anew
             try:
                 self._apply(doubt.key, verdict, marker)
             except NotProvenError as exc:
@@ -478,6 +597,68 @@ class _Guard:
                 # again, and if it pauses again, the pause says why this verdict was refused.
                 return pauses, f"the verdict was not applied: {exc}"
             return pauses, None
+
+    def _ask(
+        self, waiting: AwaitingApprovalError, pauses: int, refused: str | None
+    ) -> tuple[int, str | None]:
+        """Get a person's decision on ``waiting`` and record it; return the pauses and a refusal.
+
+        As ``_settle``, for a request: raises ``ToolException`` (``on_doubt="message"``), or
+        pauses the graph until it is resumed with a decision, which the ledger records
+        bound to the key and the digest. The call is then made again, and reads it there.
+        """
+        approval = self.tool.store.approval(waiting.key)
+        request = _request(waiting, None if approval is None else approval.arguments)
+        if refused is not None:
+            request = {**request, "error": refused}
+        if self.on_doubt == "message":
+            raise ToolException(self._waiting_text(request))
+        while True:
+            index, pauses = pauses, pauses + 1
+            answer = interrupt(request)  # a stored decision, or pauses the graph here
+            marker = self._marker(index)
+            if self._applied(waiting.key, marker, answer):
+                # Applied on an earlier run, and consumed by that run's claim (or spent on
+                # a doubt since): a yes authorizes one attempt, never this later request.
+                continue
+            try:
+                decision = _decision(answer)
+                self._decide(waiting, decision, marker)
+            except (TypeError, ValueError) as exc:  # not a decision, or text the ledger refuses
+                request = {**request, "error": str(exc)}
+                continue
+            except SafeError as exc:
+                # Decided meanwhile, or for other arguments: the call reads the request
+                # again, and if it pauses again, the pause says why this one was refused.
+                return pauses, f"the verdict was not applied: {exc}"
+            return pauses, None
+
+    def _decide(self, waiting: AwaitingApprovalError, decision: _Decision, marker: str) -> None:
+        """Record ``decision`` in the ledger, bound to the request's key and digest.
+
+        An approval's note names the pause (as a doubt verdict's does), so that a later run
+        finds it spent; a denial's is the person's own, since the model is shown it, and a
+        denial is final: no later pause of the call can take it.
+        """
+        args_hash = decision.args_hash if decision.args_hash is not None else waiting.args_hash
+        store = self.tool.store
+        if not decision.approved:
+            store.deny(waiting.key, by=decision.by, note=decision.note, args_hash=args_hash)
+            return
+        said = f"in LangGraph by a resume ({marker})"
+        note = said if decision.note is None else f"{decision.note}; {said}"
+        store.approve(waiting.key, by=decision.by, note=note, args_hash=args_hash)
+
+    def _waiting_text(self, request: Mapping[str, JSON]) -> str:
+        """What a model is told of a call that waits for a person's approval."""
+        location = shlex.quote(self.tool.store.location)
+        key = shlex.quote(str(request["key"]))
+        return (
+            f"{self.name} waits for a person's approval; nothing ran. A person approves or "
+            f"denies it (safeact approve {location} {key} --by NAME); then the same call, "
+            "made again, runs once or is told the denial. Do not call it with other "
+            f"arguments for this. Request: {json.dumps(request)}"
+        )
 
     def _apply(self, key: str, verdict: _Verdict, marker: str) -> None:
         tool = self.tool
@@ -498,10 +679,19 @@ class _Guard:
                 key, happened=False, attempt_id=verdict.attempt_id, note=note, force=verdict.force
             )
 
-    def _applied(self, key: str, marker: str) -> bool:
-        """Whether the verdict of this pause was applied already (on an earlier run)."""
+    def _applied(self, key: str, marker: str, answer: object) -> bool:
+        """Whether ``answer``, the resume value of this pause, was applied on an earlier run.
+
+        The event that applied a pause's verdict names the pause in its note. Only a verdict
+        of the same kind counts (an approval, or a verdict on a doubt): a run killed while
+        applying one may have lost LangGraph's record of its resume value, and the next
+        value given, of the other kind, then comes back at that pause; it was never applied.
+        """
+        approval = isinstance(answer, Mapping) and "approved" in answer
         return any(
-            event.note is not None and event.note.endswith(f"({marker})")
+            event.note is not None
+            and event.note.endswith(f"({marker})")
+            and (event.why is Why.APPROVED) == approval
             for event in self.tool.store.history(key)
         )
 

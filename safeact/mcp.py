@@ -22,7 +22,10 @@ when it is in doubt (the receipt, and a text telling the model not to call again
 person to check), or when the call was refused (no key, a key recorded for another call,
 arguments safeact cannot hash, a key it cannot store, or a server that only replays, under
 ``safeact.replay_only()`` or ``SAFEACT_REPLAY_ONLY=1``, asked for an action it has no
-record of): nothing ran then, and the text says why.
+record of): nothing ran then, and the text says why. A tool made with ``approval=True``
+answers a call that waits for a person's approval with an error result naming the request
+(``"state": "awaiting_approval"``) and saying how a person decides it; the same call made
+again once it is approved runs once, and once denied gets the denial, for good.
 
 Importing this module imports the MCP SDK (about a second); ``import safeact`` does not.
 Install it with the ``safeact[mcp]`` extra.
@@ -35,6 +38,7 @@ import hashlib
 import importlib
 import inspect
 import json
+import shlex
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol, TypeAlias, TypeVar
 
@@ -55,8 +59,8 @@ from safeact._keyed import (
     split_arguments,
 )
 from safeact._keys import check_key
-from safeact._outcome import Failed, InDoubt, Outcome, Succeeded
-from safeact._protocol import DoubtReason
+from safeact._outcome import AwaitingApproval, Failed, InDoubt, Outcome, Succeeded
+from safeact._protocol import DENIED, DoubtReason
 from safeact._tool import AsyncSafeTool, SafeTool
 from safeact.exceptions import KeyConflictError, ReplayOnlyError
 
@@ -161,6 +165,15 @@ def add_tool(  # noqa: PLR0913 - one keyword per choice, all optional
     ones carry structured content with ``"state"`` ``"failed"`` or ``"in_doubt"`` and the
     receipt, a key conflict ``"conflict"``, and a call refused under replay-only
     ``"replay_only"`` with ``key``, ``tool`` and ``refused`` (the reason).
+
+    A tool made with ``approval=True``: a call that waits for a person's approval is an
+    error result with ``"state": "awaiting_approval"``, ``key``, ``tool``,
+    ``requested_at``, ``args_hash`` and ``arguments`` (as the tool keeps them, redacted;
+    ``None`` unless ``keep_arguments=True``), and a text telling the client that nothing
+    ran and a person decides (``safeact approve LEDGER KEY --by NAME``, or
+    ``Store.approve``). The same call made again (same key and arguments) then runs once,
+    or, denied, gets a failed result with ``error_type`` ``"safeact.Denied"`` and the
+    denial (who, and their note) as ``message``, on every call under that key.
 
     Raises:
         TypeError: ``server`` is not a ``FastMCP``/``MCPServer`` of the installed SDK,
@@ -325,10 +338,11 @@ class _Guard:
                 return self._value(value, replayed=replayed)
             case InDoubt() as doubt:
                 return self._doubt(doubt)
+            case AwaitingApproval() as waiting:
+                return self._waiting(waiting)
             case Failed() as failure:
                 return _error(
-                    f"{self.name} failed: {failure.error_type}: {failure.message}. It is not "
-                    f"run again under the key {failure.key!r}.",
+                    self._failed_text(failure),
                     {
                         "state": "failed",
                         "key": failure.key,
@@ -338,6 +352,38 @@ class _Guard:
                     },
                     {REPLAYED: failure.replayed},
                 )
+
+    def _failed_text(self, failure: Failed) -> str:
+        """What the client is told of a failed action, or of a person's denial of it."""
+        if failure.error_type == DENIED:
+            return (
+                f"{self.name} did not run: {failure.message} (a person's decision). It will "
+                f"not run under the key {failure.key!r}; do not call it again for this."
+            )
+        return (
+            f"{self.name} failed: {failure.error_type}: {failure.message}. It is not "
+            f"run again under the key {failure.key!r}."
+        )
+
+    def _waiting(self, waiting: AwaitingApproval) -> CallToolResult:
+        """The error result of a call that waits for a person's approval: nothing ran."""
+        request = {
+            "state": "awaiting_approval",
+            "key": waiting.key,
+            "tool": waiting.tool,
+            "requested_at": waiting.requested_at.isoformat(),
+            "args_hash": waiting.args_hash,
+            "arguments": waiting.arguments,
+        }
+        ledger = shlex.quote(self.tool.store.location)
+        text = (
+            f"{self.name} waits for a person's approval (key {waiting.key!r}); nothing ran. "
+            f"A person approves or denies it (safeact approve {ledger} "
+            f"{shlex.quote(waiting.key)} --by NAME, or safeact deny); then call it again "
+            "with the same key and arguments: approved, it runs once; denied, you get the "
+            "denial. Do not call it with other arguments for this."
+        )
+        return _error(f"{text} Request: {json.dumps(request)}", request)
 
     def _value(self, value: object, *, replayed: bool) -> CallToolResult:
         try:

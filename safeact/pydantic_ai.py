@@ -27,6 +27,16 @@ Known limits of ``in_agent_run``, measured with pydantic-ai 2.68:
 * A run acts once per tool and arguments. A tool meant to act again on an identical call
   is keyed with ``safeact.each_call`` (outside durable runs), or takes an argument that
   tells the calls apart.
+
+A tool made with ``safe(ledger, approval=True)`` asks through pydantic-ai's deferred tool
+approval: the run ends with ``DeferredToolRequests`` whose metadata carries the ledger's
+request (``metadata[tool_call_id]["safeact"]``: key, tool, args_hash, requested_at,
+arguments when the tool keeps them). ``SafeTools.approve`` / ``SafeTools.deny`` record who
+decided in the ledger and give the ``ToolApproved`` / ``ToolDenied`` for
+``DeferredToolResults``. The ledger, not the boolean, authorizes the action: a run resumed
+again (a durable retry) replays it, and a ``ToolApproved(override_args=...)`` with other
+arguments runs nothing under the old approval. Resume under the same key: the same
+``run_scope`` (or ``run_id=``, in a durable run), or a ``template`` key.
 """
 
 from __future__ import annotations
@@ -36,9 +46,15 @@ import contextvars
 import inspect
 import sys
 from collections.abc import Awaitable, Callable, Iterator
-from typing import Any, Literal, NoReturn, TypeAlias, cast
+from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeAlias, cast
 
-from pydantic_ai import RunContext
+from pydantic_ai import (
+    ApprovalRequired,
+    DeferredToolRequests,
+    RunContext,
+    ToolApproved,
+    ToolDenied,
+)
 from pydantic_ai.capabilities import AbstractCapability
 from pydantic_ai.durable_exec import BaseDurabilityCapability
 from pydantic_ai.toolsets import FunctionToolset
@@ -50,11 +66,22 @@ from safeact._keyed import (
     ToolCall,
     conflict_text,
     doubt_text,
+    each_call,
     in_run,
     keyed,
 )
+from safeact._outcome import denied_from
 from safeact._tool import AsyncSafeTool, SafeTool
-from safeact.exceptions import FailedCallError, InDoubtError, KeyConflictError, ReplayOnlyError
+from safeact.exceptions import (
+    AwaitingApprovalError,
+    FailedCallError,
+    InDoubtError,
+    KeyConflictError,
+    ReplayOnlyError,
+)
+
+if TYPE_CHECKING:
+    from safeact._json import JSON
 
 __all__ = ["OnDoubt", "SafeTools", "in_agent_run"]
 
@@ -187,11 +214,22 @@ class SafeTools(AbstractCapability[Any]):
     activity fails with ``safeact.temporal.REPLAY_ONLY``, not retried). Nothing ran. Not a
     tool error: the model would try another way to act.
 
+    A tool made with ``approval=True`` whose call the ledger has no decision for raises
+    pydantic-ai's ``ApprovalRequired``, with the ledger's request as its metadata
+    (``{"safeact": {"key", "tool", "args_hash", "requested_at", "arguments"}}``): give the
+    agent ``DeferredToolRequests`` as an output type, decide each request with ``approve``
+    or ``deny``, and run again with ``deferred_tool_results``. A call the ledger decides
+    already runs without asking: one approved runs once, a denied one gets the denial as
+    a tool error, a settled key replays. A call pydantic-ai approved but the ledger has not
+    (a plain ``True``, or ``ToolApproved(override_args=...)`` with other arguments) ends
+    the run with the ``AwaitingApprovalError``, whatever ``on_doubt`` says: nothing ran.
+
     Raises:
         TypeError: a tool is not a guarded tool.
         ValueError: no tool is given, two have one name, ``on_doubt`` is not one of the
-            choices, a function has no docstring, or ``key`` is a template naming an
-            argument a tool does not take.
+            choices, a function has no docstring, ``key`` is a template naming an
+            argument a tool does not take, or ``key`` is ``each_call`` and a tool needs
+            approval.
 
     """
 
@@ -211,6 +249,7 @@ class SafeTools(AbstractCapability[Any]):
         # for a toolset without one says to set the capability's id.
         self.id = id
         self._toolset: FunctionToolset[Any] = FunctionToolset(id=id)
+        self._guarded: dict[str, _Guarded] = {}
         for tool in tools:
             body = _body(tool, key, on_doubt)
             if body.__name__ in self._toolset.tools:
@@ -219,6 +258,7 @@ class SafeTools(AbstractCapability[Any]):
                     "apart; rename one of the functions"
                 )
             self._toolset.add_function(body, takes_ctx=True, name=body.__name__)
+            self._guarded[body.__name__] = tool
 
     @classmethod
     def get_serialization_name(cls) -> str | None:
@@ -229,10 +269,91 @@ class SafeTools(AbstractCapability[Any]):
         """The guarded tools, as pydantic-ai function tools."""
         return self._toolset
 
+    def approve(
+        self,
+        requests: DeferredToolRequests,
+        tool_call_id: str,
+        *,
+        by: str,
+        note: str | None = None,
+    ) -> ToolApproved:
+        """Approve the call ``tool_call_id`` of ``requests`` in the ledger; its ``ToolApproved``.
+
+        The approval that authorizes is the ledger's: bound to the request's key and
+        argument digest (those of the call the person saw), with ``by`` (who approved,
+        required) and ``note`` in the key's history, and consumed when the action starts,
+        so a run resumed with these results again replays instead of acting again. Put the
+        ``ToolApproved`` returned in ``DeferredToolResults.approvals[tool_call_id]``.
+
+        Raises:
+            ValueError: no call ``tool_call_id`` waits for approval in ``requests``, or it
+                is not a call of these tools that safeact asked about.
+            SafeError: the ledger's request is not pending (decided already, or consumed).
+            TypeError, ValueError: ``by`` is not a non-empty ``str``, or ``note`` not text.
+
+        """
+        tool, key, args_hash = self._asked(requests, tool_call_id)
+        tool.approve(key, by=by, note=note, args_hash=args_hash)
+        return ToolApproved()
+
+    def deny(
+        self,
+        requests: DeferredToolRequests,
+        tool_call_id: str,
+        *,
+        by: str,
+        note: str | None = None,
+    ) -> ToolDenied:
+        """Deny the call ``tool_call_id`` of ``requests`` in the ledger; its ``ToolDenied``.
+
+        The denial is final for the call's key: recorded with ``by`` and ``note``, and
+        replayed to every later call under the key as a tool error (``safeact.Denied``).
+        The ``ToolDenied`` returned tells the model the same now.
+
+        Raises:
+            ValueError, TypeError: as for ``approve``.
+            SafeError: the ledger's request is denied already, or consumed (its action began).
+
+        """
+        tool, key, args_hash = self._asked(requests, tool_call_id)
+        failed = denied_from(tool.deny(key, by=by, note=note, args_hash=args_hash))
+        error = FailedCallError(failed.key, failed.tool, failed.error_type, failed.message)
+        return ToolDenied(f"Error: {error}")  # as a later call replays it (_told)
+
+    def _asked(
+        self, requests: DeferredToolRequests, tool_call_id: str
+    ) -> tuple[_Guarded, str, str]:
+        """The tool, key and argument digest of the request safeact made for ``tool_call_id``.
+
+        Raises:
+            ValueError: no such call waits for approval in ``requests``, or safeact did not
+                ask about it (another tool's, or no request in its metadata).
+
+        """
+        calls = {call.tool_call_id: call.tool_name for call in requests.approvals}
+        if tool_call_id not in calls:
+            raise ValueError(f"no call {tool_call_id!r} waits for approval in these requests")
+        tool = self._guarded.get(calls[tool_call_id])
+        request = requests.metadata.get(tool_call_id, {}).get("safeact")
+        key = request.get("key") if isinstance(request, dict) else None
+        args_hash = request.get("args_hash") if isinstance(request, dict) else None
+        if tool is None or not isinstance(key, str) or not isinstance(args_hash, str):
+            raise ValueError(
+                f"{calls[tool_call_id]} ({tool_call_id}) was not asked about by these "
+                "SafeTools: decide it with ToolApproved() or ToolDenied()"
+            )
+        return tool, key, args_hash
+
 
 def _body(tool: _Guarded, key: KeyPolicy, on_doubt: OnDoubt) -> Callable[..., object]:
     """The function pydantic-ai calls for ``tool``: the run context, then the arguments."""
     plain: Callable[..., object] = keyed(tool, key)
+    if tool.approval and key is each_call:
+        raise ValueError(
+            f"{tool.name} needs approval, and each_call gives a call a new key each time it "
+            "is keyed: the call resumed after the approval would not find it. Key it by "
+            "the run (the default) or by business identity (safeact.template(...))"
+        )
     if not inspect.getdoc(plain):
         raise ValueError(
             f"{tool.name} has no docstring, and the model needs to be told what the tool "
@@ -246,10 +367,8 @@ def _body(tool: _Guarded, key: KeyPolicy, on_doubt: OnDoubt) -> Callable[..., ob
                 call = cast("Awaitable[object]", plain(*args, **kwargs))
                 try:
                     return _for_model(await call, tool.return_type)
-                except (FailedCallError, KeyConflictError, InDoubtError) as exc:
-                    return _told(exc, on_doubt, plain.__name__)
-                except ReplayOnlyError as exc:
-                    _stop(exc, ctx)
+                except _NO_VALUE as exc:
+                    return _answer(exc, ctx, tool, on_doubt, plain.__name__)
 
         body = run_async
     else:
@@ -258,10 +377,8 @@ def _body(tool: _Guarded, key: KeyPolicy, on_doubt: OnDoubt) -> Callable[..., ob
             with _running(ctx):
                 try:
                     return _for_model(plain(*args, **kwargs), tool.return_type)
-                except (FailedCallError, KeyConflictError, InDoubtError) as exc:
-                    return _told(exc, on_doubt, plain.__name__)
-                except ReplayOnlyError as exc:
-                    _stop(exc, ctx)
+                except _NO_VALUE as exc:
+                    return _answer(exc, ctx, tool, on_doubt, plain.__name__)
 
         body = run
     _dress(body, plain)
@@ -290,6 +407,39 @@ def _running(ctx: RunContext[Any]) -> Iterator[None]:
         _context.reset(token)
 
 
+_NO_VALUE = (
+    FailedCallError,
+    KeyConflictError,
+    InDoubtError,
+    AwaitingApprovalError,
+    ReplayOnlyError,
+)
+"""What a guarded call raises when it gives no value: each is told, deferred or stops."""
+
+
+def _answer(
+    error: FailedCallError
+    | KeyConflictError
+    | InDoubtError
+    | AwaitingApprovalError
+    | ReplayOnlyError,
+    ctx: RunContext[Any],
+    tool: _Guarded,
+    on_doubt: OnDoubt,
+    name: str,
+) -> str:
+    """What the body does with a call that gave no value: tell the model, defer, or stop.
+
+    Waiting for approval defers the call (``ApprovalRequired``), never a doubt; replay-only
+    stops the run whatever ``on_doubt`` says; the rest as ``_told``.
+    """
+    if isinstance(error, AwaitingApprovalError):
+        _ask(error, ctx, tool)
+    if isinstance(error, ReplayOnlyError):
+        _stop(error, ctx)
+    return _told(error, on_doubt, name)
+
+
 def _told(
     error: FailedCallError | KeyConflictError | InDoubtError, on_doubt: OnDoubt, name: str
 ) -> str:
@@ -304,6 +454,36 @@ def _told(
     if isinstance(error, KeyConflictError):
         return f"Error: {conflict_text(error, name)}"
     return f"Error: {doubt_text(error, name)}"
+
+
+def _ask(awaiting: AwaitingApprovalError, ctx: RunContext[Any], tool: _Guarded) -> NoReturn:
+    """Defer the call for a person's approval, with the ledger's request as its metadata.
+
+    A call pydantic-ai says is approved, but whose key and arguments the ledger has no
+    approval of, ends the run instead: its yes was given without ``SafeTools.approve`` (a
+    plain ``True``), or for other arguments (``override_args``), and asking again would
+    show the person the model's arguments, not these.
+    """
+    if ctx.tool_call_approved:
+        awaiting.add_note(
+            f"pydantic-ai approved this call of {tool.name}, but the ledger has no approval "
+            "of its key and arguments: approve with SafeTools.approve(requests, "
+            "tool_call_id, by=...), which records who approved; arguments changed with "
+            "ToolApproved(override_args=...) need an approval of their own"
+        )
+        raise awaiting
+    arguments: JSON = None
+    if tool.keep_arguments:
+        asked = tool.store.approval(awaiting.key)
+        arguments = None if asked is None else asked.arguments
+    request = {
+        "key": awaiting.key,
+        "tool": awaiting.tool,
+        "args_hash": awaiting.args_hash,
+        "requested_at": awaiting.requested_at.isoformat(),
+        "arguments": arguments,
+    }
+    raise ApprovalRequired(metadata={"safeact": request})
 
 
 def _stop(refused: ReplayOnlyError, ctx: RunContext[Any]) -> NoReturn:

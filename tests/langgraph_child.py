@@ -51,6 +51,10 @@ DEPLOYED = "SAFEACT_CHILD_DEPLOYED"
 """Set: the tool is the deployed version, with a parameter added with a default."""
 AMOUNT = "SAFEACT_CHILD_AMOUNT"
 """The amount the model asks to refund (50 if unset)."""
+APPROVAL = "SAFEACT_CHILD_APPROVAL"
+"""Set: the tool needs a person's approval (``approval=True``, its arguments kept)."""
+KILL = "SAFEACT_CHILD_KILL"
+"""Set: the refund SIGKILLs this process right after paying in any mode, not only ``run``."""
 
 
 class SlowSaver(SqliteSaver):
@@ -105,7 +109,8 @@ def main() -> None:
     # A function of this module, not fake_bank.refunds: unnamed, the tool takes its name.
     def refund(key: str, to: str, amount: int) -> Receipt:
         """Refund ``amount`` to ``to``."""
-        pay_refund(Path(effects), "sigkill-after" if mode == "run" else "ok")
+        kill = mode == "run" or bool(os.environ.get(KILL))
+        pay_refund(Path(effects), "sigkill-after" if kill else "ok")
         return Receipt(to, amount)
 
     def refund_after_the_deploy(key: str, to: str, amount: int, memo: str = "") -> Receipt:
@@ -115,9 +120,9 @@ def main() -> None:
     refund_after_the_deploy.__name__ = refund.__name__  # the same tool, as deployed later
     refund_after_the_deploy.__qualname__ = refund.__qualname__
     function = refund_after_the_deploy if os.environ.get(DEPLOYED) else refund
-    tool = (
-        safe(ledger)(function) if os.environ.get(UNNAMED) else safe(ledger, name="refund")(function)
-    )
+    gated = bool(os.environ.get(APPROVAL))
+    name = None if os.environ.get(UNNAMED) else "refund"
+    tool = safe(ledger, name=name, approval=gated, keep_arguments=gated)(function)
 
     stuck = mode == "run" and durability == "async"
     saver = SlowSaver(sqlite3.connect(checkpoints, check_same_thread=False), stuck=stuck)
