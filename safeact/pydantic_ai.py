@@ -471,7 +471,7 @@ def _ask(awaiting: AwaitingApprovalError, ctx: RunContext[Any], tool: _Guarded) 
             "tool_call_id, by=...), which records who approved; arguments changed with "
             "ToolApproved(override_args=...) need an approval of their own"
         )
-        raise awaiting
+        _stop(awaiting, ctx)
     arguments: JSON = None
     if tool.keep_arguments:
         asked = tool.store.approval(awaiting.key)
@@ -486,12 +486,14 @@ def _ask(awaiting: AwaitingApprovalError, ctx: RunContext[Any], tool: _Guarded) 
     raise ApprovalRequired(metadata={"safeact": request})
 
 
-def _stop(refused: ReplayOnlyError, ctx: RunContext[Any]) -> NoReturn:
-    """End the run with ``refused``: a call that would have acted under replay-only.
+def _stop(refused: ReplayOnlyError | AwaitingApprovalError, ctx: RunContext[Any]) -> NoReturn:
+    """End the run with ``refused``: a call that would act under replay-only, or unapproved.
 
-    In a Temporal activity (``TemporalDurability``) as the non-retryable ``ApplicationError``
-    that ``safeact.temporal`` raises for it (``REPLAY_ONLY``): Temporal retries an
-    activity's other errors, by default without end, and each retry would be refused again.
+    Unapproved: pydantic-ai approved it, the ledger did not. In a Temporal activity
+    (``TemporalDurability``) as the non-retryable ``ApplicationError`` that
+    ``safeact.temporal`` raises for it (``REPLAY_ONLY``, ``AWAITING_APPROVAL``): Temporal
+    retries an activity's other errors, by default without end, and each retry would be
+    refused again.
     """
     if _temporal(ctx):
         # Imported here: temporalio is loaded already (a TemporalRunContext came from it).

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Literal
 
 import pytest
-from pydantic_ai import Agent
+from pydantic_ai import Agent, DeferredToolRequests, DeferredToolResults
 from pydantic_ai.durable_exec.temporal import (
     AgentPlugin,
     PydanticAIPlugin,
@@ -32,13 +32,15 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import AgentInfo, FunctionModel
 from temporalio import workflow
-from temporalio.client import Client
+from temporalio.client import Client, WorkflowFailureError
+from temporalio.exceptions import ActivityError, ApplicationError, RetryState
 from temporalio.worker import UnsandboxedWorkflowRunner, Worker
 
-from safeact import AsyncSafeTool, NoRunKeyError, SafeTool, Store, get_store
+from safeact import AsyncSafeTool, NoRunKeyError, SafeTool, Store, get_store, safe
 from safeact.pydantic_ai import SafeTools
+from safeact.temporal import AWAITING_APPROVAL
 from tests.actions import count_effects
-from tests.fake_bank import async_text_refunds, text_refunds
+from tests.fake_bank import async_text_refunds, pay_refund, refunded, text_refunds
 from tests.processes import run_python
 
 ARGS = {"to": "a@example.com", "amount": 50}
@@ -96,6 +98,27 @@ class SafeToolsRefund:
     async def run(self, prompt: str) -> list[str]:
         result = await AGENTS[workflow.info().workflow_id].run(prompt)
         return returns(result.all_messages())
+
+
+GATED: dict[str, Agent[None, str | DeferredToolRequests]] = {}
+"""The agent of each workflow id of ``SafeToolsPlainYes``, as ``AGENTS``."""
+
+
+@workflow.defn(name="SafeToolsPlainYes")
+class SafeToolsPlainYes:
+    """Run the agent to its deferred call, then resume it with pydantic-ai's bare ``True``."""
+
+    @workflow.run
+    async def run(self, prompt: str) -> list[str]:
+        agent = GATED[workflow.info().workflow_id]
+        paused = await agent.run(prompt)
+        assert isinstance(paused.output, DeferredToolRequests)
+        [call] = paused.output.approvals
+        results = DeferredToolResults(approvals={call.tool_call_id: True})
+        resumed = await agent.run(
+            message_history=paused.all_messages(), deferred_tool_results=results
+        )
+        return returns(resumed.all_messages())
 
 
 async def run_workflow(
@@ -237,6 +260,66 @@ def test_a_temporal_run_context_outside_an_activity_has_no_key(
             body(TemporalRunContext(deps=None, run_id="r-1"), **ARGS)
         assert store.records() == []
     assert count_effects(effects, "refund") == 0
+
+
+def test_a_yes_the_ledger_did_not_record_fails_the_activity_unretried(
+    temporal_server: str, ledger: Path, tmp_path: Path
+) -> None:
+    """A plain True under TemporalDurability: non-retryable AWAITING_APPROVAL, nothing runs.
+
+    Retried, the activity would be refused again, without end (Temporal's default).
+    """
+    effects = tmp_path / "effects"
+    with get_store(ledger) as store:
+
+        @safe(store, name="refund", approval=True)
+        def send_refund(key: str, to: str, amount: int) -> str:
+            """Refund ``amount`` to ``to``."""
+            pay_refund(effects)
+            return refunded(to, amount)
+
+        tools = SafeTools(send_refund, id="refunds")
+        agent: Agent[None, str | DeferredToolRequests] = Agent(
+            clerk(1),
+            name="clerk",
+            capabilities=[TemporalDurability(), tools],
+            output_type=[str, DeferredToolRequests],
+        )
+        with pytest.raises(WorkflowFailureError) as failed:
+            asyncio.run(plain_yes(temporal_server, agent, workflow_id()))
+        [pending] = store.approvals()
+    activity_error = failed.value.cause
+    assert isinstance(activity_error, ActivityError)
+    assert activity_error.retry_state is RetryState.NON_RETRYABLE_FAILURE
+    refusal = activity_error.cause
+    assert isinstance(refusal, ApplicationError)
+    assert (refusal.type, refusal.non_retryable) == (AWAITING_APPROVAL, True)
+    assert (pending.tool, count_effects(effects, "refund")) == ("refund", 0)
+
+
+async def plain_yes(
+    address: str, agent: Agent[None, str | DeferredToolRequests], workflow_id: str
+) -> list[str]:
+    """Run ``SafeToolsPlainYes`` once under ``workflow_id`` (as ``run_workflow``)."""
+    client = await Client.connect(address, plugins=[PydanticAIPlugin()])
+    GATED[workflow_id] = agent
+    try:
+        async with Worker(
+            client,
+            task_queue=workflow_id,
+            workflows=[SafeToolsPlainYes],
+            plugins=[AgentPlugin(agent)],
+            workflow_runner=UnsandboxedWorkflowRunner(),
+        ):
+            return await client.execute_workflow(
+                SafeToolsPlainYes.run,
+                PROMPT,
+                id=workflow_id,
+                task_queue=workflow_id,
+                execution_timeout=timedelta(seconds=60),
+            )
+    finally:
+        del GATED[workflow_id]
 
 
 def test_the_id_names_the_capability_and_its_toolset(ledger: Path, tmp_path: Path) -> None:
