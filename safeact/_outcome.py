@@ -149,7 +149,9 @@ class AwaitingApproval:
 
     def unwrap(self) -> NoReturn:
         """Raise ``AwaitingApprovalError`` carrying the request."""
-        raise AwaitingApprovalError(self.key, self.tool, self.requested_at, self.args_hash)
+        raise AwaitingApprovalError(
+            self.key, self.tool, self.requested_at, self.args_hash, self.arguments
+        )
 
 
 def awaiting_from(approval: Approval) -> AwaitingApproval:

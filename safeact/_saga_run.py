@@ -465,7 +465,11 @@ class SagaRun:
                 # first. The saga stays RUNNING; its re-run replays the steps before this
                 # one and calls it again, which runs it once approved.
                 self.waiting = AwaitingApprovalError(
-                    outcome.key, outcome.tool, outcome.requested_at, outcome.args_hash
+                    outcome.key,
+                    outcome.tool,
+                    outcome.requested_at,
+                    outcome.args_hash,
+                    outcome.arguments,
                 )
                 raise self.waiting
 

@@ -15,6 +15,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
     from safeact._doubt import DoubtReason
+    from safeact._json import JSON
 
 __all__ = [
     "AwaitingApprovalError",
@@ -207,16 +208,25 @@ class FailedCallError(SafeError):
 class AwaitingApprovalError(SafeError):
     """The action waits for a person's approval; nothing ran. Call again once it is decided.
 
-    Carries what ``AwaitingApproval`` does: ``key``, ``tool``, ``requested_at`` and
-    ``args_hash``, the digest of the arguments the approval is for.
+    Carries what ``AwaitingApproval`` does: ``key``, ``tool``, ``requested_at``,
+    ``args_hash``, the digest of the arguments the approval is for, and ``arguments``, what
+    a person is shown when the tool keeps them (redacted as it declares), else ``None``.
     """
 
-    def __init__(self, key: str, tool: str, requested_at: datetime, args_hash: str) -> None:
+    def __init__(
+        self,
+        key: str,
+        tool: str,
+        requested_at: datetime,
+        args_hash: str,
+        arguments: JSON = None,
+    ) -> None:
         """Carry the pending request."""
         self.key = key
         self.tool = tool
         self.requested_at = requested_at
         self.args_hash = args_hash
+        self.arguments = arguments
         super().__init__(
             f"{tool} with key {key!r} waits for approval (requested at "
             f"{requested_at.isoformat()}); nothing ran. Approve or deny it (safeact approve / "

@@ -381,7 +381,7 @@ def _decision_problem(answer: object) -> str | None:  # noqa: PLR0911 - one retu
     return None
 
 
-def _request(waiting: AwaitingApprovalError, arguments: JSON) -> dict[str, JSON]:
+def _request(waiting: AwaitingApprovalError) -> dict[str, JSON]:
     """The approval pause's payload: the request as JSON, with the arguments when kept."""
     return {
         "kind": "approval",
@@ -389,7 +389,7 @@ def _request(waiting: AwaitingApprovalError, arguments: JSON) -> dict[str, JSON]
         "tool": waiting.tool,
         "requested_at": waiting.requested_at.isoformat(),
         "args_hash": waiting.args_hash,
-        "arguments": arguments,
+        "arguments": waiting.arguments,
     }
 
 
@@ -607,8 +607,7 @@ class _Guard:
         pauses the graph until it is resumed with a decision, which the ledger records
         bound to the key and the digest. The call is then made again, and reads it there.
         """
-        approval = self.tool.store.approval(waiting.key)
-        request = _request(waiting, None if approval is None else approval.arguments)
+        request = _request(waiting)
         if refused is not None:
             request = {**request, "error": refused}
         if self.on_doubt == "message":

@@ -46,7 +46,7 @@ import contextvars
 import inspect
 import sys
 from collections.abc import Awaitable, Callable, Iterator
-from typing import TYPE_CHECKING, Any, Literal, NoReturn, TypeAlias, cast
+from typing import Any, Literal, NoReturn, TypeAlias, cast
 
 from pydantic_ai import (
     ApprovalRequired,
@@ -79,9 +79,6 @@ from safeact.exceptions import (
     KeyConflictError,
     ReplayOnlyError,
 )
-
-if TYPE_CHECKING:
-    from safeact._json import JSON
 
 __all__ = ["OnDoubt", "SafeTools", "in_agent_run"]
 
@@ -472,16 +469,12 @@ def _ask(awaiting: AwaitingApprovalError, ctx: RunContext[Any], tool: _Guarded) 
             "ToolApproved(override_args=...) need an approval of their own"
         )
         _stop(awaiting, ctx)
-    arguments: JSON = None
-    if tool.keep_arguments:
-        asked = tool.store.approval(awaiting.key)
-        arguments = None if asked is None else asked.arguments
     request = {
         "key": awaiting.key,
         "tool": awaiting.tool,
         "args_hash": awaiting.args_hash,
         "requested_at": awaiting.requested_at.isoformat(),
-        "arguments": arguments,
+        "arguments": awaiting.arguments,
     }
     raise ApprovalRequired(metadata={"safeact": request})
 

@@ -271,6 +271,7 @@ def _application_error(
             "tool": exc.tool,
             "requested_at": exc.requested_at.isoformat(),
             "args_hash": exc.args_hash,
+            "arguments": exc.arguments,
         }
         return ApplicationError(
             f"{exc}. Not retried: the workflow waits for the decision and calls again.",

@@ -287,6 +287,23 @@ def test_waiting_is_not_doubt_for_exception_style_callers(store: Store, effects:
     assert "safeact approve" in str(raised.value)
 
 
+def test_the_error_carries_the_arguments_a_tool_keeps(store: Store, effects: Path) -> None:
+    """AwaitingApprovalError has what AwaitingApproval has: the arguments, as kept, too."""
+    pay = payments(store, effects, keep_arguments=True, redact=("amount",))
+    waiting = pay("pay-1", "ada", 50)
+    assert isinstance(waiting, AwaitingApproval)
+    with pytest.raises(AwaitingApprovalError) as raised:
+        waiting.unwrap()
+    error = raised.value
+    assert (error.key, error.tool, error.requested_at, error.args_hash, error.arguments) == (
+        waiting.key,
+        waiting.tool,
+        waiting.requested_at,
+        waiting.args_hash,
+        {"to": "ada", "amount": "[redacted]"},
+    )
+
+
 def test_an_async_tool_asks_and_runs_once(store: Store, effects: Path) -> None:
     """An async tool passes the same gate."""
 
