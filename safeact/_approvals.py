@@ -23,6 +23,7 @@ from safeact.exceptions import SafeError
 if TYPE_CHECKING:
     from safeact._ledger import Executor
     from safeact._protocol import Approval
+    from safeact.exceptions import CorruptRecordError
 
 __all__ = ["Approvals"]
 
@@ -70,6 +71,17 @@ class Approvals(Ledger):
             CorruptRecordError: a row holds what safeact never writes (the first one found).
 
         """
+        return readable(self.scan_approvals(state=state, tool=tool))
+
+    def scan_approvals(
+        self, *, state: ApprovalState | None = ApprovalState.PENDING, tool: str | None = None
+    ) -> list[Approval | CorruptRecordError]:
+        """Return the approvals as ``approvals`` does, with each corrupt row's error in its place.
+
+        For ``safeact approvals``: a row changed outside safeact is reported, and does not
+        hide the requests waiting for a person.
+        """
+        # Each condition only when asked for: ``state = ?`` lets the pending index serve.
         where, parameters = [], []
         if state is not None:
             where.append("state = ?")
@@ -79,10 +91,11 @@ class Approvals(Ledger):
             parameters.append(tool)
         condition = f" WHERE {' AND '.join(where)}" if where else ""
         rows = self._read(
-            f"SELECT {APPROVAL_COLUMNS} FROM approvals{condition} ORDER BY requested_at, key",  # noqa: S608 - constants
+            f"SELECT {APPROVAL_COLUMNS} FROM approvals{condition} "  # noqa: S608 - constants
+            "ORDER BY requested_at, key",
             tuple(parameters),
         )
-        return readable(each(rows, lambda row: read_approval(self.location, row)))
+        return each(rows, lambda row: read_approval(self.location, row))
 
     def approve(
         self, key: str, *, by: str, note: str | None = None, args_hash: str | None = None

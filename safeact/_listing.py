@@ -1,7 +1,5 @@
 """The reads behind the CLI and the operator's API: keys by state, tool and age; counts.
 
-Approval requests are listed here too (``scan_approvals``), each corrupt row in its place.
-
 What counts as "in doubt" here is ``_protocol.abandonment``'s answer, the one the call itself
 acts on: IN_DOUBT, or ATTEMPTING under an owner that is gone, out of lease or out of session.
 Every read reports such a key as IN_DOUBT with its reason (``_protocol.as_seen``), marked in
@@ -15,13 +13,11 @@ from collections import Counter
 from typing import TYPE_CHECKING
 
 from safeact._ledger import COLUMNS, Ledger
-from safeact._protocol import UNSETTLED, ApprovalState, Record, State, utc_now
+from safeact._protocol import UNSETTLED, Record, State, utc_now
 from safeact._rows import (
-    APPROVAL_COLUMNS,
     Reading,
     each,
     member,
-    read_approval,
     read_record,
     readable,
     text_of,
@@ -33,7 +29,6 @@ from safeact.exceptions import CorruptRecordError
 if TYPE_CHECKING:
     from datetime import datetime
 
-    from safeact._protocol import Approval
 
 __all__ = ["Listing"]
 
@@ -104,31 +99,6 @@ class Listing(Ledger):
             for found in each(rows, functools.partial(self._read_seen, now))
             if state is None or isinstance(found, CorruptRecordError) or found.state is state
         ]
-
-    def scan_approvals(
-        self, *, state: ApprovalState | None = ApprovalState.PENDING, tool: str | None = None
-    ) -> list[Approval | CorruptRecordError]:
-        """Return the approvals as ``approvals`` does, with each corrupt row's error in its place.
-
-        Those in ``state`` (pending by default; None: all) and of ``tool``, when given,
-        oldest request first. For ``safeact approvals``: a row changed outside safeact is
-        reported, and does not hide the requests waiting for a person.
-        """
-        # Each condition only when asked for: ``state = ?`` lets the pending index serve.
-        where, parameters = [], []
-        if state is not None:
-            where.append("state = ?")
-            parameters.append(ApprovalState(state).value)
-        if tool is not None:
-            where.append("tool = ?")
-            parameters.append(tool)
-        condition = f" WHERE {' AND '.join(where)}" if where else ""
-        rows = self._read(
-            f"SELECT {APPROVAL_COLUMNS} FROM approvals{condition} "  # noqa: S608 - constants
-            "ORDER BY requested_at, key",
-            tuple(parameters),
-        )
-        return each(rows, functools.partial(read_approval, self.location))
 
     def counts(self) -> dict[tuple[str, State], int]:
         """Return how many keys each tool has in each state, as ``get`` reads them.
