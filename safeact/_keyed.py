@@ -20,10 +20,17 @@ from typing import Any, ParamSpec, TypeAlias, TypeVar, overload
 import attrs
 
 from safeact._codec import ResultNotStorableError, encode, shown
+from safeact._json import JSON
 from safeact._keys import check_key
-from safeact._outcome import InDoubt
+from safeact._outcome import AwaitingApproval, InDoubt
 from safeact._tool import AsyncSafeTool, SafeTool
-from safeact.exceptions import InDoubtError, KeyConflictError, ReplayOnlyError, SafeError
+from safeact.exceptions import (
+    AwaitingApprovalError,
+    InDoubtError,
+    KeyConflictError,
+    ReplayOnlyError,
+    SafeError,
+)
 
 __all__ = [
     "KeyPolicy",
@@ -292,6 +299,20 @@ def receipt_of(doubt: InDoubt | InDoubtError) -> dict[str, str | None]:
         "attempt_id": doubt.attempt_id,
         "reason": doubt.reason.value,
         "note": doubt.note,
+    }
+
+
+def request_of(waiting: AwaitingApproval | AwaitingApprovalError) -> dict[str, JSON]:
+    """A call's pending approval request as JSON, as adapters hand it to a person or a model.
+
+    ``arguments`` as the tool keeps them (redacted as it declares), else ``None``.
+    """
+    return {
+        "key": waiting.key,
+        "tool": waiting.tool,
+        "requested_at": waiting.requested_at.isoformat(),
+        "args_hash": waiting.args_hash,
+        "arguments": waiting.arguments,
     }
 
 

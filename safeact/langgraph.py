@@ -66,6 +66,7 @@ from safeact._keyed import (
     keyed,
     model_text,
     receipt_of,
+    request_of,
     split_arguments,
 )
 from safeact._protocol import DENIED, JSON
@@ -383,14 +384,7 @@ def _decision_problem(answer: object) -> str | None:  # noqa: PLR0911 - one retu
 
 def _request(waiting: AwaitingApprovalError) -> dict[str, JSON]:
     """The approval pause's payload: the request as JSON, with the arguments when kept."""
-    return {
-        "kind": "approval",
-        "key": waiting.key,
-        "tool": waiting.tool,
-        "requested_at": waiting.requested_at.isoformat(),
-        "args_hash": waiting.args_hash,
-        "arguments": waiting.arguments,
-    }
+    return {"kind": "approval", **request_of(waiting)}
 
 
 _VERDICT_SHAPE = (

@@ -56,6 +56,7 @@ from safeact._keyed import (
     keyed,
     receipt_of,
     refusal_receipt,
+    request_of,
     split_arguments,
 )
 from safeact._keys import check_key
@@ -367,14 +368,7 @@ class _Guard:
 
     def _waiting(self, waiting: AwaitingApproval) -> CallToolResult:
         """The error result of a call that waits for a person's approval: nothing ran."""
-        request = {
-            "state": "awaiting_approval",
-            "key": waiting.key,
-            "tool": waiting.tool,
-            "requested_at": waiting.requested_at.isoformat(),
-            "args_hash": waiting.args_hash,
-            "arguments": waiting.arguments,
-        }
+        request = {"state": "awaiting_approval", **request_of(waiting)}
         ledger = shlex.quote(self.tool.store.location)
         text = (
             f"{self.name} waits for a person's approval (key {waiting.key!r}); nothing ran. "

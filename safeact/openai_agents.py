@@ -59,6 +59,7 @@ from safeact._keyed import (
     model_text,
     receipt_of,
     refusal_receipt,
+    request_of,
 )
 from safeact._keys import check_key
 from safeact._outcome import denied_from
@@ -75,6 +76,7 @@ from safeact.exceptions import (
 )
 
 if TYPE_CHECKING:
+    from safeact._json import JSON
     from safeact._protocol import Approval
 
 __all__ = [
@@ -148,12 +150,12 @@ class AwaitingApprovalStopError(agents.AgentsException):
     given for an earlier call), but the ledger holds no yes for this key and these
     arguments, so nothing ran. ``awaiting`` is the ``AwaitingApprovalError`` (also the
     ``__cause__``); ``receipt`` its receipt: ``key``, ``tool``, ``requested_at``,
-    ``args_hash``. Decide with ``approve`` / ``reject`` (or ``safeact approve``), then run
-    again. Never a doubt: the action has not begun. An Agents SDK exception, so
-    ``Runner.run`` raises it as it is.
+    ``args_hash``, ``arguments`` (as the tool keeps them, else ``None``). Decide with
+    ``approve`` / ``reject`` (or ``safeact approve``), then run again. Never a doubt: the
+    action has not begun. An Agents SDK exception, so ``Runner.run`` raises it as it is.
     """
 
-    def __init__(self, awaiting: AwaitingApprovalError, receipt: dict[str, str | None]) -> None:
+    def __init__(self, awaiting: AwaitingApprovalError, receipt: dict[str, JSON]) -> None:
         """Carry ``awaiting`` and its ``receipt``."""
         super().__init__(
             f"{awaiting} The SDK let the call through, but the ledger has no approval of it: "
@@ -301,7 +303,7 @@ class _Guard:
         try:
             return model_text(self.plain(*args, **kwargs), self.tool.return_type)
         except AwaitingApprovalError as exc:
-            raise AwaitingApprovalStopError(exc, _awaiting_receipt(exc)) from exc
+            raise AwaitingApprovalStopError(exc, request_of(exc)) from exc
         except FailedCallError as exc:
             return self._failed(exc)
         except KeyConflictError as exc:
@@ -317,7 +319,7 @@ class _Guard:
             value = await cast("Awaitable[object]", self.plain(*args, **kwargs))
             return model_text(value, self.tool.return_type)
         except AwaitingApprovalError as exc:
-            raise AwaitingApprovalStopError(exc, _awaiting_receipt(exc)) from exc
+            raise AwaitingApprovalStopError(exc, request_of(exc)) from exc
         except FailedCallError as exc:
             return self._failed(exc)
         except KeyConflictError as exc:
@@ -341,16 +343,6 @@ class _Guard:
         if self.on_doubt == "stop":
             raise InDoubtStopError(doubt, receipt_of(doubt)) from doubt
         return f"Error: {doubt_text(doubt, self.name)}"
-
-
-def _awaiting_receipt(awaiting: AwaitingApprovalError) -> dict[str, str | None]:
-    """The receipt of a call that waits for approval: its key, tool, request time and digest."""
-    return {
-        "key": awaiting.key,
-        "tool": awaiting.tool,
-        "requested_at": awaiting.requested_at.isoformat(),
-        "args_hash": awaiting.args_hash,
-    }
 
 
 @attrs.frozen

@@ -69,6 +69,7 @@ from safeact._keyed import (
     each_call,
     in_run,
     keyed,
+    request_of,
 )
 from safeact._outcome import denied_from
 from safeact._tool import AsyncSafeTool, SafeTool
@@ -469,14 +470,7 @@ def _ask(awaiting: AwaitingApprovalError, ctx: RunContext[Any], tool: _Guarded) 
             "ToolApproved(override_args=...) need an approval of their own"
         )
         _stop(awaiting, ctx)
-    request = {
-        "key": awaiting.key,
-        "tool": awaiting.tool,
-        "args_hash": awaiting.args_hash,
-        "requested_at": awaiting.requested_at.isoformat(),
-        "arguments": awaiting.arguments,
-    }
-    raise ApprovalRequired(metadata={"safeact": request})
+    raise ApprovalRequired(metadata={"safeact": request_of(awaiting)})
 
 
 def _stop(refused: ReplayOnlyError | AwaitingApprovalError, ctx: RunContext[Any]) -> NoReturn:

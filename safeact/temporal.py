@@ -36,6 +36,7 @@ from safeact._keyed import (
     keyed,
     receipt_of,
     refusal_receipt,
+    request_of,
 )
 from safeact._protocol import DoubtReason
 from safeact._tool import AsyncSafeTool, SafeTool
@@ -266,16 +267,9 @@ def _application_error(
 ) -> ApplicationError:
     """The ``ApplicationError`` that tells Temporal what happened, and whether to retry."""
     if isinstance(exc, AwaitingApprovalError):
-        request = {
-            "key": exc.key,
-            "tool": exc.tool,
-            "requested_at": exc.requested_at.isoformat(),
-            "args_hash": exc.args_hash,
-            "arguments": exc.arguments,
-        }
         return ApplicationError(
             f"{exc}. Not retried: the workflow waits for the decision and calls again.",
-            request,
+            request_of(exc),
             type=AWAITING_APPROVAL,
             non_retryable=True,
         )
