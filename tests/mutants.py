@@ -39,10 +39,13 @@ CLAIM_THEN_ACT = """            case Claim():
 """
 ACT_NOW = "                    ran.returned(self._fn(record.key, *args, **kwargs))"
 UNDO_KEY = "        key = compensation_key(step)\n        outcome = yield Compensate("
-CLAIM_SYNCED = "self._transaction(sync=True) as db:\n                if previous is None:"
+CLAIM_SYNCED = (
+    "self._transaction(sync=True) as db:\n"
+    "                if approval is not None and not _consumed("
+)
 DECIDE_UNSETTLED = "return Wait(record) if reason is None else Doubt(record, reason)"
-CLAIM_RELEASED = "(*attempt, key, State.RELEASED.value, previous.attempt_id),"
-CLAIM_ANY = "(*attempt, key, previous.state.value, previous.attempt_id),"
+CLAIM_RELEASED = "(*attempt, arguments, key, State.RELEASED.value, previous.attempt_id),"
+CLAIM_ANY = "(*attempt, arguments, key, previous.state.value, previous.attempt_id),"
 PROVEN = "    if reason in PROOF:\n        return None"
 NOT_STORED = 'as happened",\n            forceable=False,'
 OWNER_WRITES = "_OWNER_WRITES = frozenset({State.ATTEMPTING, State.IN_DOUBT, State.RELEASED})"
@@ -65,6 +68,7 @@ AGENTS_TOOL = """    return agents.function_tool(
         name_override=tool_name,
         description_override=text,
         failure_error_function=_failure,
+        needs_approval=False if gate is None else gate,
     )
 """
 AGENTS_BY_CALL_ID = """    made = agents.function_tool(
@@ -72,6 +76,7 @@ AGENTS_BY_CALL_ID = """    made = agents.function_tool(
         name_override=tool_name,
         description_override=text,
         failure_error_function=_failure,
+        needs_approval=False if gate is None else gate,
     )
     invoke = made.on_invoke_tool
 
@@ -126,9 +131,10 @@ MUTANTS = [
         [
             Edit(
                 "safeact/_call.py",
-                "                if claimed is not None:\n"
-                "                    return (yield from _run(claimed, tool, encode))",
-                "                return (yield from _run(claimed or previous, tool, encode))",
+                "    if claimed is None:\n"
+                "        return None\n"
+                "    return (yield from _run(claimed, tool, encode))",
+                "    return (yield from _run(claimed or claim.previous, tool, encode))",
             )
         ],
         ["tests/test_call_core.py", "tests/test_guarded_call.py"],
@@ -606,8 +612,9 @@ MUTANTS = [
         [
             Edit(
                 "safeact/langgraph.py",
-                'return pauses, f"the verdict was not applied: {exc}"',
-                "return pauses, None",
+                "why this verdict was refused.\n"
+                '                return pauses, f"the verdict was not applied: {exc}"',
+                "why this verdict was refused.\n                return pauses, None",
             )
         ],
         ["tests/test_langgraph.py"],
