@@ -39,12 +39,17 @@ def test_a_target_judges_its_figure(target: Target, measured: float | None, verd
 
 
 def test_a_target_reads_as_the_issue_writes_it() -> None:
-    """A ratio's target shows an x, a time's its milliseconds."""
+    """A ratio's target shows an x, a time's its unit."""
     assert [
         str(Target("<=", 1.3)),
         str(Target(">=", 4)),
         str(Target("<=", 30, "ms")),
-    ] == ["<= 1.3x", ">= 4x", "<= 30 ms"]
+        str(Target("<=", 100, "µs")),
+    ] == ["<= 1.3x", ">= 4x", "<= 30 ms", "<= 100 µs"]
+    assert [Target("<=", 30, "ms").show(29.04), Target("<=", 100, "µs").show(96.04)] == [
+        "29.0 ms",
+        "96.0 µs",
+    ]
 
 
 def test_judge_lists_every_target_in_order() -> None:
