@@ -149,9 +149,14 @@ class AwaitingApproval:
 
     def unwrap(self) -> NoReturn:
         """Raise ``AwaitingApprovalError`` carrying the request."""
-        raise AwaitingApprovalError(
-            self.key, self.tool, self.requested_at, self.args_hash, self.arguments
-        )
+        raise awaiting_error(self)
+
+
+def awaiting_error(awaiting: AwaitingApproval) -> AwaitingApprovalError:
+    """The ``AwaitingApprovalError`` carrying ``awaiting``'s request, for callers that raise."""
+    return AwaitingApprovalError(
+        awaiting.key, awaiting.tool, awaiting.requested_at, awaiting.args_hash, awaiting.arguments
+    )
 
 
 def awaiting_from(approval: Approval) -> AwaitingApproval:

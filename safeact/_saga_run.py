@@ -57,6 +57,7 @@ from safeact._outcome import (
     InDoubt,
     Outcome,
     Succeeded,
+    awaiting_error,
     failed_from,
     in_doubt_from,
 )
@@ -464,13 +465,7 @@ class SagaRun:
                 # A person has not said no: nothing to undo, and nothing after it may run
                 # first. The saga stays RUNNING; its re-run replays the steps before this
                 # one and calls it again, which runs it once approved.
-                self.waiting = AwaitingApprovalError(
-                    outcome.key,
-                    outcome.tool,
-                    outcome.requested_at,
-                    outcome.args_hash,
-                    outcome.arguments,
-                )
+                self.waiting = awaiting_error(outcome)
                 raise self.waiting
 
     def end(
