@@ -19,7 +19,6 @@ import json
 import sys
 import typing
 import uuid
-import zoneinfo
 from collections.abc import Callable
 from types import NoneType
 from typing import Any, cast
@@ -90,8 +89,12 @@ def _unstructure_datetime(value: dt.datetime) -> str:
     ``fold`` (which of a repeated hour's two times) is in no ISO form.
     """
     text = value.isoformat()
-    if isinstance(value.tzinfo, zoneinfo.ZoneInfo) and value.tzinfo.key is not None:
-        text = f"{text}[{value.tzinfo.key}]"
+    # A ZoneInfo can exist only once zoneinfo is imported: not importing it here keeps
+    # its import time out of ``import safeact``.
+    zones = sys.modules.get("zoneinfo")
+    zone = value.tzinfo
+    if zones is not None and isinstance(zone, zones.ZoneInfo) and zone.key is not None:
+        text = f"{text}[{zone.key}]"
     return f"{text}{_FOLD}" if value.fold else text
 
 
@@ -102,6 +105,8 @@ def _structure_datetime(value: object, _: object) -> dt.datetime:
     zone = None
     if text.endswith("]") and "[" in text:
         text, _, name = text[:-1].rpartition("[")
+        import zoneinfo  # noqa: PLC0415 - see _unstructure_datetime
+
         zone = zoneinfo.ZoneInfo(name)
     parsed = dt.datetime.fromisoformat(text)
     if zone is None:

@@ -14,9 +14,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import os
-import secrets
-import socket
-import tempfile
 from datetime import UTC, datetime
 from pathlib import Path
 
@@ -60,6 +57,8 @@ def this_process(host: str | None = None) -> Owner:
 
 @functools.cache
 def _identity(pid: int, host: str | None, group: int) -> Owner:
+    import socket  # noqa: PLC0415 - once per process, at its first claim, not at import
+
     started = _start_time(pid)
     return Owner(
         host=host if host is not None else socket.gethostname(),
@@ -245,6 +244,9 @@ def _make_identity(path: Path) -> str:
         OSError: ``path`` cannot be created.
 
     """
+    import secrets  # noqa: PLC0415 - once per machine: not worth their import time per process
+    import tempfile  # noqa: PLC0415
+
     path.parent.mkdir(parents=True, exist_ok=True)
     identity = f"{_IDENTITY_PREFIX}{secrets.token_hex(16)}"
     handle, draft = tempfile.mkstemp(dir=path.parent, prefix=".machine-id.")
