@@ -11,6 +11,7 @@ import functools
 from typing import TYPE_CHECKING, Literal
 
 from safeact._ledger import Ledger
+from safeact._protocol import State
 from safeact._rows import each, event_values, read_event, read_late, readable
 from safeact.exceptions import CorruptRecordError
 
@@ -19,7 +20,15 @@ if TYPE_CHECKING:
     from safeact._ledger import Executor
     from safeact._protocol import Record
 
-__all__ = ["Audit", "record_claim", "record_event"]
+__all__ = [
+    "APPEND_IF_CHANGED",
+    "FINISH_ATTEMPTING",
+    "FINISH_ATTEMPTING_WITH_EVENT",
+    "Audit",
+    "finish_values",
+    "record_claim",
+    "record_event",
+]
 
 _APPEND = (
     "INSERT INTO history (kind, subject, attempt_id, from_state, to_state, at, by_kind, "
@@ -32,6 +41,31 @@ _APPEND_IF_AT = (
     "by_host, by_pid, why, note) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? "
     "WHERE EXISTS (SELECT 1 FROM calls WHERE key = ? AND attempt_id = ?)"
 )
+
+
+FINISH_ATTEMPTING = (
+    "UPDATE calls SET state = ?, result = ?, error_type = ?, error_message = ?, "
+    "finished_at = ?, doubt_reason = ? WHERE key = ? AND attempt_id = ? AND state = ?"
+)
+"""An owner's outcome on its row, while the row is ATTEMPTING at the owner's attempt."""
+
+APPEND_IF_CHANGED = (
+    "INSERT INTO history (kind, subject, attempt_id, from_state, to_state, at, by_kind, "
+    "by_host, by_pid, why, note) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? WHERE changes() = 1"
+)
+"""SQLite: the event, if the statement just before it changed its row (``changes()``)."""
+
+FINISH_ATTEMPTING_WITH_EVENT = (
+    f"WITH finished AS ({FINISH_ATTEMPTING} RETURNING 1) "  # noqa: S608 - constants
+    "INSERT INTO history (kind, subject, attempt_id, from_state, to_state, at, by_kind, "
+    "by_host, by_pid, why, note) SELECT ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ? FROM finished"
+)
+"""PostgreSQL: the outcome and its event in one statement, the event only if the row was."""
+
+
+def finish_values(outcome: tuple[object, ...], event: Event) -> tuple[object, ...]:
+    """The parameters of ``FINISH_ATTEMPTING`` for ``outcome`` at ``event``'s attempt."""
+    return (*outcome, event.subject, event.attempt_id, State.ATTEMPTING.value)
 
 
 def record_event(db: Executor, kind: Literal["key", "saga"], event: Event) -> None:

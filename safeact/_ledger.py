@@ -242,6 +242,17 @@ class Ledger:
 
     # What a backend supplies.
 
+    def _finish_attempting(self, db: Executor, outcome: tuple[object, ...], event: Event) -> Cursor:
+        """Write an owner's outcome on its ATTEMPTING row, and ``event`` with it, or neither.
+
+        ``outcome`` is the row's new state, result, error type, error message, finished at
+        and doubt reason; ``event`` goes from ATTEMPTING at the attempt ``event.attempt_id``
+        of the key ``event.subject``. Both are written only while that row is ATTEMPTING at
+        that attempt. The cursor's row count is 1 if they were, 0 if nothing was; it may be
+        read after the commit, so that nothing waits on the server before it.
+        """
+        raise NotImplementedError
+
     def _transaction(self, *, sync: bool) -> contextlib.AbstractContextManager[Executor]:
         """One write transaction, committed at the end of the block, rolled back if it raises.
 

@@ -22,11 +22,13 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo, timeout_from_conni
 from psycopg.pq import TransactionStatus
 from psycopg_pool import ConnectionPool
 
+from safeact._audit import FINISH_ATTEMPTING_WITH_EVENT, finish_values
 from safeact._dsn import PostgresLocation, parse_location
 from safeact._ledger import LEASE, Cursor
 from safeact._liveness import stop_heartbeats
 from safeact._owner import Owner
 from safeact._protocol import Approval, Record
+from safeact._rows import event_values
 from safeact._schema import BUSY_TIMEOUT
 from safeact._settings import whole
 from safeact._store import Store
@@ -36,6 +38,7 @@ from safeact.exceptions import StoreError
 if TYPE_CHECKING:
     from collections.abc import Callable, Iterator
 
+    from safeact._history import Event
     from safeact._ledger import Executor
 
 __all__ = ["CONNECT_TIMEOUT", "LOCK_TIMEOUT", "PostgresStore", "migrate_postgres"]
@@ -530,6 +533,13 @@ class PostgresStore(Store):
     def _lock_history(self, db: Executor) -> None:
         # Waits for every transaction that appended to it; later ones wait for this one.
         db.execute("LOCK TABLE history IN SHARE ROW EXCLUSIVE MODE")
+
+    def _finish_attempting(self, db: Executor, outcome: tuple[object, ...], event: Event) -> Cursor:
+        """The outcome and its event in one statement (a data-modifying ``WITH``)."""
+        return db.execute(
+            FINISH_ATTEMPTING_WITH_EVENT,
+            (*finish_values(outcome, event), *event_values("key", event)),
+        )
 
     @contextlib.contextmanager
     def _unguarded_history(self, db: Executor) -> Iterator[None]:

@@ -11,8 +11,10 @@ import weakref
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from safeact._audit import APPEND_IF_CHANGED, FINISH_ATTEMPTING, finish_values
 from safeact._group_commit import GroupCommit
 from safeact._ledger import LEASE
+from safeact._rows import event_values
 from safeact._schema import APPLICATION_ID, BUSY_TIMEOUT, check_usable, prepare
 from safeact._settings import flag
 from safeact._sqlite_file import (
@@ -29,7 +31,8 @@ from safeact.exceptions import StoreError
 if TYPE_CHECKING:
     from collections.abc import Iterator
 
-    from safeact._ledger import Executor
+    from safeact._history import Event
+    from safeact._ledger import Cursor, Executor
     from safeact._protocol import Approval, Record
 
 __all__ = ["SqliteStore"]
@@ -175,6 +178,11 @@ class SqliteStore(Store):
                 self._group.durable()
             except OSError as exc:
                 raise StoreError(f"{self._path}: a commit may not be on disk: {exc}") from exc
+
+    def _finish_attempting(self, db: Executor, outcome: tuple[object, ...], event: Event) -> Cursor:
+        """The outcome, then its event if the outcome changed the row: two statements."""
+        db.execute(FINISH_ATTEMPTING, finish_values(outcome, event))
+        return db.execute(APPEND_IF_CHANGED, event_values("key", event))
 
     @contextlib.contextmanager
     def _unguarded_history(self, db: Executor) -> Iterator[None]:

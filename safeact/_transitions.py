@@ -496,10 +496,22 @@ class KeyTransitions(Ledger):
         again (the action also ran under the newer attempt).
         """
         stored = None if result is None else json.dumps(result)
-        event = self._new_event(key, state, why_finished(state, doubt_reason))
+        event = self._new_event(
+            key,
+            state,
+            why_finished(state, doubt_reason),
+            from_state=State.ATTEMPTING,
+            attempt_id=attempt_id,
+        )
         finished = time_text(event.at)
         outcome = (state.value, stored, error_type, error_message, finished)
         reason = None if doubt_reason is None else doubt_reason.value
+        # The usual case first, written without reading the row: it is still ATTEMPTING at
+        # this attempt. The count is read once the transaction has committed.
+        with self._errors(), self._transaction(sync=False) as db:
+            written = self._finish_attempting(db, (*outcome, reason), event)
+        if written.rowcount:
+            return True
         with self._errors(), self._transaction(sync=False) as db:
             now = self._locked_row(db, key)
             if now is not None and now[1] == attempt_id and State(now[0]) in _OWNER_WRITES:
@@ -508,8 +520,7 @@ class KeyTransitions(Ledger):
                     "finished_at = ?, doubt_reason = ? WHERE key = ? AND attempt_id = ?",
                     (*outcome, reason, key, attempt_id),
                 )
-                mine = attrs.evolve(event, from_state=State(now[0]), attempt_id=attempt_id)
-                record_event(db, "key", mine)
+                record_event(db, "key", attrs.evolve(event, from_state=State(now[0])))
                 return True
             db.execute(
                 "INSERT INTO late_completions (key, attempt_id, state, result, "
@@ -520,13 +531,7 @@ class KeyTransitions(Ledger):
                 "finished_at = excluded.finished_at",
                 (key, attempt_id, *outcome, SCHEMA_VERSION),
             )
-            late = attrs.evolve(
-                event,
-                why=Why.LATE_COMPLETION,
-                from_state=State.ATTEMPTING,
-                attempt_id=attempt_id,
-            )
-            record_event(db, "key", late)
+            record_event(db, "key", attrs.evolve(event, why=Why.LATE_COMPLETION))
         return False
 
     def _mark_in_doubt(
