@@ -118,8 +118,13 @@ NOT_FOR_A_CALL = {
     "pydantic_ai",
     "agents",
     "opentelemetry",
+    "socket",
+    "tempfile",
+    "secrets",
+    "zoneinfo",
 }
-"""What ``import safeact`` must not load: the ledger, backends, sagas, probes, CLI, frameworks."""
+"""What ``import safeact`` must not load: the ledger, backends, sagas, probes, CLI, frameworks,
+and the standard modules only an owner's identity or a zone read back needs."""
 
 
 def test_import_loads_only_what_a_guarded_call_needs() -> None:
