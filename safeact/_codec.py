@@ -261,6 +261,16 @@ def check_return_type(fn: Callable[..., object], tool: str) -> object:
     return return_type
 
 
+_AS_IS = frozenset({str, int, bool, NoneType})
+"""Types whose value of exactly that type is its own JSON, and rebuilds as itself.
+
+A value of one of them under that very return type takes no hooks and no comparison: the
+round trip ``encode`` and ``decode`` check cannot change it (an ``int`` too long for
+``json`` still fails in ``_through_json``). Anything else, a subclass or another type
+included, takes the checked path.
+"""
+
+
 def encode(value: object, return_type: Any) -> JSON:
     """Turn ``value`` into JSON that ``decode`` rebuilds as ``return_type``, exactly.
 
@@ -273,6 +283,8 @@ def encode(value: object, return_type: Any) -> JSON:
 
     """
     try:
+        if type(value) is return_type and return_type in _AS_IS:
+            return _through_json(value)
         hooks = _hooks(return_type)
         stored = _through_json(hooks.unstructure(value))
         rebuilt = hooks.structure(stored, return_type)
@@ -349,6 +361,8 @@ def decode(stored: JSON, return_type: Any, *, key: str, tool: str, fix: str | No
             f"{_RESTORE if fix is None else fix}"
         )
 
+    if type(stored) is return_type and return_type in _AS_IS:
+        return stored
     try:
         hooks = _hooks(return_type)
         rebuilt = hooks.structure(stored, return_type)

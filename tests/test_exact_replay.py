@@ -19,6 +19,7 @@ import zoneinfo
 from collections.abc import Iterator, Sequence
 from collections.abc import Set as AbstractSet
 from pathlib import Path
+from types import NoneType
 from typing import Any, Optional, cast
 
 import attrs
@@ -27,7 +28,7 @@ import pytest
 from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from safeact import SafeTool, StoreError, Succeeded
+from safeact import InDoubt, SafeTool, StoreError, Succeeded
 from safeact._codec import (
     ResultNotStorableError,
     check_return_type,
@@ -634,3 +635,41 @@ def test_a_scripts_subclass_replays_whether_run_as_a_file_or_a_module(tmp_path: 
         for command in (["agent.py"], ["-m", "agent"])
     ]
     assert ran == ["shipped\nInsured False\n", "Insured True\n"]
+
+
+class Count(enum.IntEnum):
+    ONE = 1
+
+
+class Name(str):
+    __slots__ = ()
+
+
+@pytest.mark.parametrize(
+    ("return_type", "value", "stored"),
+    [
+        pytest.param(int, 7, True, id="int"),
+        pytest.param(str, "\ud800 \x00 é", True, id="str"),
+        pytest.param(bool, False, True, id="bool"),
+        pytest.param(type(None), None, True, id="none"),
+        pytest.param(int, 10**5000, False, id="int-too-long-for-json"),
+        pytest.param(int, True, False, id="bool-under-int"),
+        pytest.param(int, Count.ONE, False, id="int-enum-under-int"),
+        pytest.param(str, Name("a"), False, id="str-subclass-under-str"),
+    ],
+)
+def test_a_plain_value_under_its_own_type_is_stored_as_itself_and_nothing_else_is(
+    store: Store, return_type: type, value: object, stored: bool
+) -> None:
+    """The short way for int, str, bool and None keeps every refusal of the checked way.
+
+    A value of exactly its annotated type replays as itself, of that type; a subclass, a
+    bool under int, or an int json cannot write is not stored (its replay is in doubt).
+    """
+    tool = tool_returning(store, return_type, value)
+    first = tool("k")
+    assert isinstance(first, Succeeded)
+    assert first.recorded is stored
+    again = tool("k")
+    replayed = (type(again), type(getattr(again, "value", None)), getattr(again, "value", None))
+    assert replayed == ((Succeeded, return_type, value) if stored else (InDoubt, NoneType, None))
