@@ -2,13 +2,19 @@
 
 A claim commits without syncing (the write lock is released at once, so the next claim can
 commit meanwhile), then waits here until an fsync that *began after its commit* has ended.
-One thread of the store's own runs the fsyncs, each for every commit numbered before it
-began; the commits numbered while it runs share the next one. N concurrent claims therefore
-cost two fsyncs rather than N, and no claim returns (so no action starts) before an fsync
-covering its commit has returned. The fsyncs run on a thread of their own because a signal
-(Ctrl-C) is delivered to the main thread between any two bytecodes: a caller interrupted
-half way through running one could leave the others waiting for ever; a waiter that is
-interrupted only stops waiting.
+One fsync runs at a time, each for every commit numbered before it began; the commits
+numbered while it runs share the next one. N concurrent claims therefore cost two fsyncs
+rather than N, and no claim returns (so no action starts) before an fsync covering its
+commit has returned.
+
+Who runs an fsync: a committing thread that is not the main thread runs it itself, when
+none is running (it leads; the others wait for it or lead the next). The main thread never
+does: a signal (Ctrl-C) is delivered to it between any two bytecodes, and a leader
+interrupted half way could leave the others waiting for ever; so its commits are synced by
+a thread of the store's own, started at its first, and a main thread that is interrupted
+only stops waiting. Python delivers signals to the main thread alone, so a leader's round
+always ends. Leading costs no hand-off: on a fast disk the two thread switches of a
+hand-off cost more CPU than the fsync (DESIGN, "The hot path").
 
 A failed fsync fails every commit from then on, until the store is opened again: after a
 failed fsync Linux may have dropped the dirty pages and report the next fsync clean, which
@@ -29,7 +35,7 @@ __all__ = ["GroupCommit"]
 class GroupCommit:
     """Share fsyncs among the commits of one process's threads, on one store."""
 
-    __slots__ = ("_committed", "_done", "_failure", "_fsync", "_synced", "_syncer")
+    __slots__ = ("_committed", "_done", "_failure", "_fsync", "_synced", "_syncer", "_syncing")
 
     def __init__(self, fsync: Callable[[], None]) -> None:
         """``fsync`` makes every commit made before it began durable, or raises."""
@@ -39,6 +45,8 @@ class GroupCommit:
         """Commits that asked to be made durable, numbered from 1."""
         self._synced = 0
         """The highest commit covered by an fsync that has returned."""
+        self._syncing = False
+        """Whether an fsync is running (one at a time)."""
         self._failure: Exception | None = None
         self._syncer: threading.Thread | None = None
 
@@ -52,11 +60,13 @@ class GroupCommit:
                 but may not be on disk. Open the store again once the disk is sound.
 
         """
+        leads = threading.current_thread() is not threading.main_thread()
+        took: list[float] = []
         with self._done:
             if self._failure is None:
                 self._committed += 1
                 mine = self._committed
-                if self._syncer is None:
+                if not leads and self._syncer is None:
                     # Kept only once started: a syncer kept but never started (a Ctrl-C in
                     # start()) would leave this commit and every later one waiting for ever.
                     syncer = threading.Thread(
@@ -66,33 +76,61 @@ class GroupCommit:
                     self._syncer = syncer
                 self._done.notify_all()
                 while self._synced < mine and self._failure is None:
-                    self._done.wait()
-                if self._synced >= mine:
-                    return
-            raise OSError(
-                f"an fsync of the ledger failed, so this commit may not be on disk: "
-                f"{self._failure}; open the store again once the disk is sound"
-            ) from self._failure
+                    if leads and not self._syncing:
+                        took.extend(self._round())
+                    else:
+                        self._done.wait()
+                synced = self._synced >= mine
+            else:
+                synced = False
+        for seconds in took:
+            telemetry.fsynced(seconds)  # after the waiters are released, and it never raises
+        if synced:
+            return
+        raise OSError(
+            f"an fsync of the ledger failed, so this commit may not be on disk: "
+            f"{self._failure}; open the store again once the disk is sound"
+        ) from self._failure
+
+    def _round(self) -> list[float]:
+        """Run one fsync for the commits numbered so far; return how long it took, if it did.
+
+        Called with the lock held, and returns with it held; it is released during the
+        fsync, so that commits go on being numbered meanwhile. Never on the main thread.
+        """
+        self._syncing = True
+        last = self._committed
+        failure: Exception | None = None
+        took: list[float] = []
+        self._done.release()
+        try:
+            started = time.perf_counter()
+            try:
+                self._fsync()
+            except Exception as exc:  # noqa: BLE001 - every waiter gets it, and the next ones
+                failure = exc
+            else:
+                took.append(time.perf_counter() - started)
+        finally:
+            self._done.acquire()
+            self._syncing = False
+            if failure is not None:
+                self._failure = failure
+            elif took:
+                # Never backwards: a Ctrl-C in start() after its thread ran makes the next
+                # commit of the main thread start a second syncer, and either may finish first.
+                self._synced = max(self._synced, last)
+            self._done.notify_all()
+        return took
 
     def _sync(self) -> None:
         """The syncer thread: fsync for the commits numbered so far, until one fails."""
         while True:
             with self._done:
-                while self._synced == self._committed:
+                while self._failure is None and (self._syncing or self._synced == self._committed):
                     self._done.wait()
-                last = self._committed
-            started = time.perf_counter()
-            try:
-                self._fsync()
-            except Exception as failure:  # noqa: BLE001 - every waiter gets it, and the next ones
-                with self._done:
-                    self._failure = failure
-                    self._done.notify_all()
-                return
-            took = time.perf_counter() - started
-            with self._done:
-                # Never backwards: a Ctrl-C in start() after its thread ran makes the next
-                # commit start a second syncer, and either may finish first.
-                self._synced = max(self._synced, last)
-                self._done.notify_all()
-            telemetry.fsynced(took)  # after the waiters are released, and it never raises
+                if self._failure is not None:
+                    return
+                took = self._round()
+            for seconds in took:
+                telemetry.fsynced(seconds)  # after the waiters are released; it never raises

@@ -165,7 +165,40 @@ def test_commits_made_while_an_fsync_runs_share_the_next_one() -> None:
     for thread in [first, *later]:
         thread.join()
     assert sorted(results) == ["a: durable", "b: durable", "c: durable", "first: durable"]
-    assert fsyncs.threads == ["safeact-group-commit"] * 2  # never a caller's thread
+    # Callers other than the main thread lead: the first ran the first fsync, one of the
+    # three behind it the second, and no thread of the store's own was started.
+    assert (fsyncs.threads[0], fsyncs.threads[1] in {"a", "b", "c"}) == ("first", True)
+    assert len(fsyncs.threads) == 2
+    assert group._syncer is None
+
+
+def test_the_main_thread_never_runs_an_fsync_and_shares_one_with_the_callers_behind_it() -> None:
+    """A Ctrl-C could cut the main thread's fsync round short: the store's thread runs it.
+
+    The main thread's commit waits on that thread's held fsync; a caller's commit made
+    meanwhile is covered by the next (run by whichever of the two gets to it first).
+    """
+    fsyncs = _Fsyncs("hold", "ok")
+    group = GroupCommit(fsyncs)
+    assert threading.current_thread() is threading.main_thread()
+    results: list[str] = []
+
+    def release_once_both_committed() -> None:
+        assert fsyncs.holding.wait(30)
+        behind = _durable(group, results, "behind")
+        _numbered(group, 2)
+        fsyncs.release.set()
+        behind.join()
+
+    helper = threading.Thread(target=release_once_both_committed)
+    helper.start()
+    group.durable()
+    helper.join()
+    assert (results, fsyncs.threads[0], len(fsyncs.threads)) == (
+        ["behind: durable"],
+        "safeact-group-commit",
+        2,
+    )
 
 
 def test_a_failed_fsync_fails_every_commit_from_then_on() -> None:
@@ -242,10 +275,22 @@ def test_a_ctrl_c_before_the_syncer_starts_leaves_no_later_commit_waiting(
     monkeypatch.setattr(threading.Thread, "start", interrupted)
     with pytest.raises(KeyboardInterrupt):
         group.durable()
-    later = threading.Thread(target=group.durable, daemon=True)  # it may wait for ever
-    later.start()
-    later.join(10)
-    assert (later.is_alive(), fsyncs.threads) == (False, ["safeact-group-commit"])
+    # The later commit is the main thread's too (another thread would run its own fsync);
+    # were it left waiting for ever, a signal after 10 s ends the wait and fails the test.
+    main = threading.get_ident()
+
+    def waited_too_long(signum: int, frame: object) -> None:
+        raise AssertionError("the later commit was left waiting for a syncer never started")
+
+    previous = signal.signal(signal.SIGUSR1, waited_too_long)
+    watchdog = threading.Timer(10, signal.pthread_kill, (main, signal.SIGUSR1))
+    watchdog.start()
+    try:
+        group.durable()
+    finally:
+        watchdog.cancel()
+        signal.signal(signal.SIGUSR1, previous)
+    assert fsyncs.threads == ["safeact-group-commit"]
 
 
 def test_a_claim_whose_fsync_fails_is_an_error_and_leaves_the_key_interrupted(
