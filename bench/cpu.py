@@ -10,6 +10,7 @@ process, the group-commit thread included), the median over ROUNDS rounds.
 
 import statistics
 import tempfile
+import threading
 import time
 from collections.abc import Callable
 from itertools import count
@@ -19,6 +20,7 @@ from bench.timing import ROUNDS
 from safeact import get_store, safe
 
 NEW_KEY = "CPU per new key (tmpfs)"
+NEW_KEY_IN_A_THREAD = "CPU per new key from a worker thread (tmpfs)"
 REPLAY = "CPU per replay (tmpfs)"
 NEW_KEY_CALLS = 2_000
 REPLAY_CALLS = 10_000
@@ -63,8 +65,16 @@ def cpu_rows(scale: float = 1.0) -> dict[str, float]:
             for _ in range(calls):
                 act("replay-me", 1)
 
+        def new_keys_in_a_thread(calls: int) -> None:
+            worker = threading.Thread(target=new_keys, args=(calls,))
+            worker.start()
+            worker.join()
+
         rows = {
             NEW_KEY: cpu_per_call(new_keys, max(int(NEW_KEY_CALLS * scale), 1)),
+            NEW_KEY_IN_A_THREAD: cpu_per_call(
+                new_keys_in_a_thread, max(int(NEW_KEY_CALLS * scale), 1)
+            ),
             REPLAY: cpu_per_call(replays, max(int(REPLAY_CALLS * scale), 1)),
         }
         store.close()

@@ -13,8 +13,9 @@ does: a signal (Ctrl-C) is delivered to it between any two bytecodes, and a lead
 interrupted half way could leave the others waiting for ever; so its commits are synced by
 a thread of the store's own, started at its first, and a main thread that is interrupted
 only stops waiting. Python delivers signals to the main thread alone, so a leader's round
-always ends. Leading costs no hand-off: on a fast disk the two thread switches of a
-hand-off cost more CPU than the fsync (DESIGN, "The hot path").
+always ends. That thread is woken for the main thread's commits only: leading costs no
+hand-off, and on a fast disk the thread switches of a hand-off cost more CPU than the
+fsync (DESIGN, "Group commit").
 
 A failed fsync fails every commit from then on, until the store is opened again: after a
 failed fsync Linux may have dropped the dirty pages and report the next fsync clean, which
@@ -35,16 +36,32 @@ __all__ = ["GroupCommit"]
 class GroupCommit:
     """Share fsyncs among the commits of one process's threads, on one store."""
 
-    __slots__ = ("_committed", "_done", "_failure", "_fsync", "_synced", "_syncer", "_syncing")
+    __slots__ = (
+        "_committed",
+        "_done",
+        "_failure",
+        "_fsync",
+        "_mains",
+        "_synced",
+        "_syncer",
+        "_syncer_needed",
+        "_syncing",
+    )
 
     def __init__(self, fsync: Callable[[], None]) -> None:
         """``fsync`` makes every commit made before it began durable, or raises."""
         self._fsync = fsync
-        self._done = threading.Condition(threading.Lock())
+        lock = threading.Lock()
+        self._done = threading.Condition(lock)
+        """Committers wait on it for a round to end (or for a commit to be numbered)."""
+        self._syncer_needed = threading.Condition(lock)
+        """The store's thread waits on it for a commit of the main thread's to sync."""
         self._committed = 0
         """Commits that asked to be made durable, numbered from 1."""
         self._synced = 0
         """The highest commit covered by an fsync that has returned."""
+        self._mains = 0
+        """The main thread's latest commit: the store's thread syncs up to it, no further."""
         self._syncing = False
         """Whether an fsync is running (one at a time)."""
         self._failure: Exception | None = None
@@ -66,14 +83,17 @@ class GroupCommit:
             if self._failure is None:
                 self._committed += 1
                 mine = self._committed
-                if not leads and self._syncer is None:
-                    # Kept only once started: a syncer kept but never started (a Ctrl-C in
-                    # start()) would leave this commit and every later one waiting for ever.
-                    syncer = threading.Thread(
-                        target=self._sync, name="safeact-group-commit", daemon=True
-                    )
-                    syncer.start()
-                    self._syncer = syncer
+                if not leads:
+                    self._mains = mine
+                    if self._syncer is None:
+                        # Kept only once started: a syncer kept but never started (a Ctrl-C
+                        # in start()) would leave this commit and every later one waiting.
+                        syncer = threading.Thread(
+                            target=self._sync, name="safeact-group-commit", daemon=True
+                        )
+                        syncer.start()
+                        self._syncer = syncer
+                    self._syncer_needed.notify()
                 self._done.notify_all()
                 while self._synced < mine and self._failure is None:
                     if leads and not self._syncing:
@@ -121,14 +141,18 @@ class GroupCommit:
                 # commit of the main thread start a second syncer, and either may finish first.
                 self._synced = max(self._synced, last)
             self._done.notify_all()
+            if self._failure is not None or self._synced < self._mains:
+                self._syncer_needed.notify_all()
         return took
 
     def _sync(self) -> None:
         """The syncer thread: fsync for the commits numbered so far, until one fails."""
         while True:
             with self._done:
-                while self._failure is None and (self._syncing or self._synced == self._committed):
-                    self._done.wait()
+                # Only for the main thread: another thread's commit is that thread's to sync,
+                # and waking this one for it would bring back the hand-off it saves.
+                while self._failure is None and (self._syncing or self._synced >= self._mains):
+                    self._syncer_needed.wait()
                 if self._failure is not None:
                     return
                 took = self._round()
