@@ -13,9 +13,11 @@ does: a signal (Ctrl-C) is delivered to it between any two bytecodes, and a lead
 interrupted half way could leave the others waiting for ever; so its commits are synced by
 a thread of the store's own, started at its first, and a main thread that is interrupted
 only stops waiting. Python delivers signals to the main thread alone, so a leader's round
-always ends. That thread is woken for the main thread's commits only: leading costs no
-hand-off, and on a fast disk the thread switches of a hand-off cost more CPU than the
-fsync (DESIGN, "Group commit").
+always ends, unless an exception is injected into its thread from outside
+(``PyThreadState_SetAsyncExc``, which some thread-timeout libraries use, and which can
+leave any lock of any library held). The store's thread is woken for the main thread's
+commits only: leading costs no hand-off, and on a fast disk the thread switches of a
+hand-off cost more CPU than the fsync (DESIGN, "Group commit").
 
 A failed fsync fails every commit from then on, until the store is opened again: after a
 failed fsync Linux may have dropped the dirty pages and report the next fsync clean, which
@@ -51,9 +53,13 @@ class GroupCommit:
     def __init__(self, fsync: Callable[[], None]) -> None:
         """``fsync`` makes every commit made before it began durable, or raises."""
         self._fsync = fsync
-        lock = threading.Lock()
+        # Owned, unlike a Lock: a Ctrl-C that lands while the main thread takes it back at
+        # the end of a wait leaves it without the lock, and the block's exit would then
+        # release a hold of another thread's (a Lock has no owner). An RLock takes itself
+        # back in a wait without being interrupted, and refuses a release by a non-owner.
+        lock = threading.RLock()
         self._done = threading.Condition(lock)
-        """Committers wait on it for a round to end (or for a commit to be numbered)."""
+        """Committers wait on it for a round to end."""
         self._syncer_needed = threading.Condition(lock)
         """The store's thread waits on it for a commit of the main thread's to sync."""
         self._committed = 0
@@ -94,7 +100,6 @@ class GroupCommit:
                         syncer.start()
                         self._syncer = syncer
                     self._syncer_needed.notify()
-                self._done.notify_all()
                 while self._synced < mine and self._failure is None:
                     if leads and not self._syncing:
                         took.extend(self._round())

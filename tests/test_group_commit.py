@@ -144,6 +144,26 @@ def _durable(group: GroupCommit, results: list[str], name: str) -> threading.Thr
     return thread
 
 
+class _Counted(GroupCommit):
+    """A ``GroupCommit`` that tells ``_numbered`` of each commit it numbers.
+
+    The group itself wakes nobody when a commit is numbered (no waiter needs it); a test
+    that must know how many have been needs this.
+    """
+
+    __slots__ = ("_numbered",)
+
+    @property  # the slot of the base, observed
+    def _committed(self) -> int:
+        return self._numbered
+
+    @_committed.setter
+    def _committed(self, value: int) -> None:
+        self._numbered = value
+        with self._done:  # held already inside durable (the lock is re-entrant); not in init
+            self._done.notify_all()
+
+
 def _numbered(group: GroupCommit, commits: int) -> None:
     """Wait until ``commits`` commits have asked to be made durable; fail after 30 s."""
     with group._done:
@@ -155,7 +175,7 @@ def _numbered(group: GroupCommit, commits: int) -> None:
 def test_commits_made_while_an_fsync_runs_share_the_next_one() -> None:
     """Three commits behind a running fsync cost one more fsync, not three."""
     fsyncs = _Fsyncs("hold", "ok")
-    group = GroupCommit(fsyncs)
+    group = _Counted(fsyncs)
     results: list[str] = []
     first = _durable(group, results, "first")
     assert fsyncs.holding.wait(30)
@@ -179,7 +199,7 @@ def test_the_main_thread_never_runs_an_fsync_and_shares_one_with_the_callers_beh
     meanwhile is covered by the next (run by whichever of the two gets to it first).
     """
     fsyncs = _Fsyncs("hold", "ok")
-    group = GroupCommit(fsyncs)
+    group = _Counted(fsyncs)
     assert threading.current_thread() is threading.main_thread()
     results: list[str] = []
 
@@ -208,7 +228,7 @@ def test_a_failed_fsync_fails_every_commit_from_then_on() -> None:
     by a clean fsync though written before the failure. No fsync is tried again.
     """
     fsyncs = _Fsyncs("hold", "fail")
-    group = GroupCommit(fsyncs)
+    group = _Counted(fsyncs)
     results: list[str] = []
     first = _durable(group, results, "first")
     assert fsyncs.holding.wait(30)
@@ -230,7 +250,7 @@ def test_a_failed_fsync_fails_every_commit_from_then_on() -> None:
 def test_an_interrupted_caller_stops_waiting_and_the_others_go_on() -> None:
     """A signal (Ctrl-C) in a waiting caller ends its wait; the fsyncs and the rest go on."""
     fsyncs = _Fsyncs("hold", "ok")
-    group = GroupCommit(fsyncs)
+    group = _Counted(fsyncs)
     main = threading.main_thread().ident
     assert main == threading.get_ident()
 
@@ -263,7 +283,7 @@ def test_a_ctrl_c_before_the_syncer_starts_leaves_no_later_commit_waiting(
 ) -> None:
     """Interrupted as it starts the fsync thread, a commit leaves the next one to start it."""
     fsyncs = _Fsyncs("ok")
-    group = GroupCommit(fsyncs)
+    group = _Counted(fsyncs)
     start = threading.Thread.start
 
     def interrupted(thread: threading.Thread) -> None:
@@ -368,3 +388,31 @@ def test_the_wal_synced_is_the_linked_files_when_the_path_is_a_symlink(
         synced = _synced_paths(monkeypatch)
         assert store._claim("k", "t", "h", attempt_id="a", previous=None) is not None
     assert synced == [(tmp_path / "real" / "ledger.db-wal").resolve()]
+
+
+def test_the_main_thread_cannot_release_a_hold_of_another_threads() -> None:
+    """The lock the committers share is owned: a release by a thread not holding it fails.
+
+    ``Condition.wait`` takes its lock back at its end. With a plain ``Lock``, a Ctrl-C that
+    lands there leaves the main thread without the lock, and leaving ``durable``'s block
+    then releases the hold of whichever thread has it (a leader in its round's
+    bookkeeping): two threads inside at once, a ``notify_all`` on a lock nobody holds. An
+    ``RLock`` takes itself back in a wait without being interrupted, and refuses this.
+    """
+    group = GroupCommit(lambda: None)
+    held, leave = threading.Event(), threading.Event()
+
+    def leader() -> None:
+        with group._done:
+            held.set()
+            assert leave.wait(30)
+
+    holder = threading.Thread(target=leader)
+    holder.start()
+    assert held.wait(30)
+    try:
+        with pytest.raises(RuntimeError, match="un-acquired lock"):
+            group._done.release()
+    finally:
+        leave.set()
+        holder.join()
