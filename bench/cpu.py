@@ -8,15 +8,13 @@ process, the group-commit thread included), the median over ROUNDS rounds.
     python -m bench.cpu
 """
 
-import statistics
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from itertools import count
 from pathlib import Path
 
-from bench.timing import ROUNDS
+from bench.timing import per_call
 from safeact import get_store, safe
 
 NEW_KEY = "CPU per new key (tmpfs)"
@@ -30,16 +28,6 @@ def scratch_root() -> str | None:
     """Where a ledger costs no fsync: ``/dev/shm`` if this machine has one, else the default."""
     shm = Path("/dev/shm")  # noqa: S108 - a parent for mkdtemp, which makes a private folder
     return str(shm) if shm.is_dir() else None
-
-
-def cpu_per_call(run: Callable[[int], None], calls: int) -> float:
-    """Median CPU seconds per call of ``run(calls)`` over ROUNDS rounds."""
-    times = []
-    for _ in range(ROUNDS):
-        started = time.process_time()
-        run(calls)
-        times.append((time.process_time() - started) / calls)
-    return statistics.median(times)
 
 
 def cpu_rows(scale: float = 1.0) -> dict[str, float]:
@@ -70,12 +58,12 @@ def cpu_rows(scale: float = 1.0) -> dict[str, float]:
             worker.start()
             worker.join()
 
+        new_key_calls = max(int(NEW_KEY_CALLS * scale), 1)
+        cpu = time.process_time
         rows = {
-            NEW_KEY: cpu_per_call(new_keys, max(int(NEW_KEY_CALLS * scale), 1)),
-            NEW_KEY_IN_A_THREAD: cpu_per_call(
-                new_keys_in_a_thread, max(int(NEW_KEY_CALLS * scale), 1)
-            ),
-            REPLAY: cpu_per_call(replays, max(int(REPLAY_CALLS * scale), 1)),
+            NEW_KEY: per_call(new_keys, new_key_calls, cpu),
+            NEW_KEY_IN_A_THREAD: per_call(new_keys_in_a_thread, new_key_calls, cpu),
+            REPLAY: per_call(replays, max(int(REPLAY_CALLS * scale), 1), cpu),
         }
         store.close()
     return rows

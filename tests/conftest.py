@@ -2,6 +2,7 @@ import glob
 import os
 import re
 import shutil
+import sqlite3
 import sys
 import tempfile
 import uuid
@@ -13,6 +14,7 @@ from hypothesis import settings
 
 from safeact import Store, get_store, memory_ledger
 from safeact._owner import _no_such_process
+from safeact._sqlite import SqliteStore
 
 if "MUTANT_UNDER_TEST" in os.environ:
     # mutmut calls every mutated function through two frames of its own (its trampoline), so
@@ -230,6 +232,17 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
             list(metafunc.definition.iter_markers("located"))
         )
         metafunc.parametrize("ledger_kind", LOCATED if located else IN_PROCESS, indirect=True)
+
+
+@pytest.fixture
+def traced(ledger: Path) -> Iterator[tuple[SqliteStore, list[str]]]:
+    """A SQLite store whose connection of this thread reports every statement it runs."""
+    with get_store(ledger) as store:
+        assert isinstance(store, SqliteStore)
+        statements: list[str] = []
+        connection: sqlite3.Connection = store._connection()
+        connection.set_trace_callback(statements.append)
+        yield store, statements
 
 
 @pytest.fixture

@@ -6,14 +6,10 @@ return type (the latest deploy's type is what a replay decodes with).
 """
 
 import asyncio
-import sqlite3
-from collections.abc import Iterator
-from pathlib import Path
-
-import pytest
 
 from safeact import Store, get_store, safe
 from safeact._shape import shape_text
+from safeact._sqlite import SqliteStore
 from tests.actions import Receipt
 
 
@@ -133,18 +129,8 @@ def test_an_async_tools_first_claim_writes_its_description(store: Store) -> None
     assert store._result_shape("fetch") == shape_text(dict[str, int])
 
 
-@pytest.fixture
-def traced(ledger: Path) -> Iterator[tuple[Store, list[str]]]:
-    """A SQLite store whose connection of this thread reports every statement it runs."""
-    with get_store(ledger) as store:
-        statements: list[str] = []
-        connection: sqlite3.Connection = store._connection()  # type: ignore[attr-defined] # SqliteStore's
-        connection.set_trace_callback(statements.append)
-        yield store, statements
-
-
 def test_only_the_first_claim_runs_a_statement_for_the_description(
-    traced: tuple[Store, list[str]],
+    traced: tuple[SqliteStore, list[str]],
 ) -> None:
     """The first claim adds one statement to its transaction; later claims add none."""
     store, statements = traced

@@ -6,9 +6,6 @@ here, and the fallback (a row that moved on) still records where it came from.
 """
 
 import socket
-import sqlite3
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
@@ -16,17 +13,6 @@ from psycopg.conninfo import conninfo_to_dict, make_conninfo
 from safeact import DoubtReason, State, Store, Why, get_store, safe
 from safeact._sqlite import SqliteStore
 from tests.actions import expire_leases
-
-
-@pytest.fixture
-def traced(tmp_path: Path) -> Iterator[tuple[SqliteStore, list[str]]]:
-    """A SQLite store whose connection of this thread reports every statement it runs."""
-    with get_store(tmp_path / "ledger.db") as store:
-        assert isinstance(store, SqliteStore)
-        statements: list[str] = []
-        connection: sqlite3.Connection = store._connection()
-        connection.set_trace_callback(statements.append)
-        yield store, statements
 
 
 def test_a_new_key_is_a_read_a_claim_and_an_unread_outcome_on_sqlite(
