@@ -783,7 +783,7 @@ class SafeTool(_Guard[T_co], Generic[P, T_co]):
 class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
     """An ``async def`` function guarded by a ledger: ``await tool(key, ...)`` gives an ``Outcome``.
 
-    The same guarantees as ``SafeTool``. The ledger's blocking work runs in a worker thread,
+    The same guarantees as ``SafeTool``. The ledger's blocking work runs in a ledger thread,
     one hop for each stretch of it (two for a new key, one for a replay), so it does not
     stall the event loop; the action and the waits for a live owner run on the loop. A
     cancelled task is an interruption: the key is left IN_DOUBT (interrupted) and the
@@ -845,7 +845,7 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
     async def _in_thread(
         self, steps: Generator[Request, object, Outcome[T_co]], answer: object
     ) -> Pause | Act | Ask | _Ended:
-        """Send ``answer`` and carry out the ledger's requests in one worker thread (``_advance``).
+        """Send ``answer`` and carry out the ledger's requests in one ledger thread (``_advance``).
 
         The thread's work is finished even if the awaiting task is cancelled meanwhile: a
         claim or a write of an outcome cut off half way would leave the key ATTEMPTING under
@@ -855,17 +855,19 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
         """
         import asyncio  # noqa: PLC0415 - only async callers pay for it (~20 ms)
 
+        from safeact._ledger_work import LedgerWork  # noqa: PLC0415 - loads asyncio
+
         cancelled = threading.Event()
-        work = asyncio.ensure_future(asyncio.to_thread(self._advance, steps, answer, cancelled))
+        work = LedgerWork(lambda: self._advance(steps, answer, cancelled))
         try:
             # A Claim comes back only when the caller was cancelled, which raises below.
-            return cast("Pause | Act | Ask | _Ended", await asyncio.shield(work))
+            return cast("Pause | Act | Ask | _Ended", await work.result())
         except asyncio.CancelledError:
             cancelled.set()
-            while not work.done():  # a second cancellation must not lose the claim either
+            while True:  # a second cancellation must not lose the claim either
                 with contextlib.suppress(asyncio.CancelledError):
-                    await asyncio.shield(work)
-            step = work.result()
+                    step = await work.result()
+                    break
             if isinstance(step, Act):
                 self._interrupted(step.record)
             raise
@@ -880,7 +882,7 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
 
         Returns the first request that is the event loop's (a pause, the action, a probe),
         a claim not made because the caller was cancelled, or the call's end: so a new key
-        costs two hops to a worker thread (up to the action, then its outcome), a replay one.
+        costs two hops to a ledger thread (up to the action, then its outcome), a replay one.
         """
         try:
             while True:

@@ -2,11 +2,15 @@
 
 import asyncio
 import contextlib
+import contextvars
 import sqlite3
+import subprocess
+import sys
+import textwrap
 import threading
 from collections import Counter
 from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
@@ -23,6 +27,7 @@ from safeact import (
     _sqlite,
     safe,
 )
+from safeact._ledger_work import LedgerWork
 from safeact._protocol import Record
 from tests.actions import Receipt
 
@@ -282,18 +287,18 @@ def test_a_task_cancelled_before_its_claim_claims_nothing(store: Store) -> None:
     assert runs == []
 
 
-def test_a_new_key_costs_two_hops_to_a_worker_thread_and_a_replay_one(
+def test_a_new_key_costs_two_hops_to_a_ledger_thread_and_a_replay_one(
     store: Store, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The ledger's work for a call runs in one hop per stretch, not one per statement."""
-    hops: list[str] = []
-    to_thread = asyncio.to_thread
+    hops: list[object] = []
+    start = LedgerWork.__init__
 
-    async def counted(work: Callable[..., T], /, *args: Any, **kwargs: Any) -> T:
-        hops.append(work.__name__)
-        return await to_thread(work, *args, **kwargs)
+    def counted(self: LedgerWork[T], work: Callable[[], T]) -> None:
+        hops.append(work)
+        start(self, work)
 
-    monkeypatch.setattr(asyncio, "to_thread", counted)
+    monkeypatch.setattr(LedgerWork, "__init__", counted)
     charge = charge_tool(store, [])
 
     async def new_then_replay() -> tuple[int, int]:
@@ -305,30 +310,96 @@ def test_a_new_key_costs_two_hops_to_a_worker_thread_and_a_replay_one(
     assert asyncio.run(new_then_replay()) == (2, 1)
 
 
-def test_cancel_while_the_outcome_waits_to_be_recorded_still_records_it(store: Store) -> None:
-    """A task cancelled while its outcome's write is still queued: the success is recorded."""
-    gate = threading.Event()
-    returned = asyncio.Event()
+def test_cancel_while_the_outcome_is_written_still_records_it(store: Store) -> None:
+    """A task cancelled, twice, while its outcome is being written: the success is recorded."""
+    writing, go_on = threading.Event(), threading.Event()
+    finish = store._finish
+
+    def held(*args: Any, **kwargs: Any) -> Any:
+        writing.set()
+        assert go_on.wait(30)
+        return finish(*args, **kwargs)
+
+    store._finish = held  # type: ignore[method-assign]
 
     @safe(store)
     async def pay(key: str) -> int:
-        loop = asyncio.get_running_loop()
-        loop.run_in_executor(None, gate.wait)  # the only worker is busy: the write queues
-        returned.set()
         return 42
 
-    async def cancel_after_the_action() -> Outcome[int]:
-        loop = asyncio.get_running_loop()
-        loop.set_default_executor(ThreadPoolExecutor(max_workers=1))
+    async def cancel_while_writing() -> Outcome[int]:
         call = asyncio.create_task(pay("k"))
-        await returned.wait()
+        assert await asyncio.to_thread(writing.wait, 30)
         call.cancel()
-        gate.set()
+        await asyncio.sleep(0)  # the task takes its cancellation: the loop runs callbacks FIFO
+        call.cancel()  # and a second one, while it waits for the write again
+        await asyncio.sleep(0)
+        assert not call.done()  # still waiting: the write is held
+        go_on.set()
         with pytest.raises(asyncio.CancelledError):
             await call
+        record = store.get("k")
+        assert record is not None
+        assert record.state is State.SUCCEEDED
         return await pay("k")
 
-    assert asyncio.run(cancel_after_the_action()) == Succeeded("k", 42, replayed=True)
+    assert asyncio.run(cancel_while_writing()) == Succeeded("k", 42, replayed=True)
+    del store._finish
+
+
+def test_a_hop_carries_the_callers_context(store: Store) -> None:
+    """The ledger's work sees the context variables of the task that awaits it."""
+    seen: list[str] = []
+    label: contextvars.ContextVar[str] = contextvars.ContextVar("label")
+    stored = store._stored
+
+    def read(key: str) -> Record | None:
+        seen.append(label.get("none"))
+        return stored(key)
+
+    store._stored = read  # type: ignore[method-assign]
+    charge = charge_tool(store, [])
+
+    async def labelled() -> None:
+        label.set("caller's")
+        await charge("k", 5)
+
+    asyncio.run(labelled())
+    del store._stored
+    assert seen == ["caller's"]
+
+
+def test_a_forked_child_runs_async_calls_with_threads_of_its_own(tmp_path: Path) -> None:
+    """Ledger threads started before a fork do not exist in the child: it starts its own."""
+    script = tmp_path / "child.py"
+    script.write_text(
+        textwrap.dedent(
+            f"""
+            import asyncio, os, sys
+            from safeact import get_store, safe
+            store = get_store({str(tmp_path / "ledger.db")!r})
+
+            @safe(store, name="pay")
+            async def pay(key: str) -> int:
+                return os.getpid()
+
+            asyncio.run(pay("parent"))  # the parent's ledger threads are started
+            # Until one is idle: a pool carried over would then give it the child's work,
+            # and a thread that does not exist in the child never runs it.
+            from safeact._ledger_work import _threads
+            idle = _threads()._idle_semaphore
+            idle.acquire()
+            idle.release()
+            pid = os.fork()
+            if pid == 0:
+                outcome = asyncio.run(pay("child"))
+                os._exit(0 if outcome.value == os.getpid() else 3)
+            _, status = os.waitpid(pid, 0)
+            sys.exit(os.waitstatus_to_exitcode(status))
+            """
+        )
+    )
+    done = subprocess.run([sys.executable, str(script)], timeout=30, check=False)
+    assert done.returncode == 0
 
 
 def test_keyword_only_arguments_reach_an_async_action(store: Store) -> None:
