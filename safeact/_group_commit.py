@@ -22,17 +22,40 @@ hand-off cost more CPU than the fsync (DESIGN, "Group commit").
 A failed fsync fails every commit from then on, until the store is opened again: after a
 failed fsync Linux may have dropped the dirty pages and report the next fsync clean, which
 would pass off as durable a commit that was written before the failure and lost with it.
+
+A ledger thread (``safeact._ledger_work``) carries out many async callers' work in turn, so
+it defers the wait: inside ``deferred(pending)`` a commit is only numbered, into
+``pending``, and the thread waits once for all of them (``made_durable``) before it answers
+any of those callers. Nothing a deferred commit allowed (an action) starts before then.
 """
 
 from __future__ import annotations
 
+import contextlib
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 import safeact._telemetry as telemetry
 
-__all__ = ["GroupCommit"]
+__all__ = ["GroupCommit", "deferred"]
+
+_deferring = threading.local()
+
+
+@contextlib.contextmanager
+def deferred(pending: dict[GroupCommit, int]) -> Iterator[None]:
+    """Within the block, this thread's commits are numbered into ``pending``, not waited for.
+
+    ``pending`` maps each group to the highest commit of the block's in it; the caller must
+    ``made_durable`` each before anything those commits allowed goes on. Never on the main
+    thread (it never runs an fsync, and nothing would sync its deferred commits).
+    """
+    _deferring.pending = pending
+    try:
+        yield
+    finally:
+        _deferring.pending = None
 
 
 class GroupCommit:
@@ -76,7 +99,7 @@ class GroupCommit:
     def durable(self) -> None:
         """Return once an fsync begun after the caller's commit has returned.
 
-        Call it after the commit.
+        Call it after the commit. Inside ``deferred`` it only numbers the commit.
 
         Raises:
             OSError: an fsync failed, this one or an earlier one: the commit is in the file
@@ -84,11 +107,16 @@ class GroupCommit:
 
         """
         leads = threading.current_thread() is not threading.main_thread()
-        took: list[float] = []
         with self._done:
-            if self._failure is None:
+            if self._failure is not None:
+                mine = None
+            else:
                 self._committed += 1
                 mine = self._committed
+                pending: dict[GroupCommit, int] | None = getattr(_deferring, "pending", None)
+                if pending is not None:
+                    pending[self] = mine
+                    return
                 if not leads:
                     self._mains = mine
                     if self._syncer is None:
@@ -100,14 +128,27 @@ class GroupCommit:
                         syncer.start()
                         self._syncer = syncer
                     self._syncer_needed.notify()
-                while self._synced < mine and self._failure is None:
+        self.made_durable(mine)
+
+    def made_durable(self, commit: int | None) -> None:
+        """Return once an fsync covering ``commit`` (a number ``durable`` gave) has returned.
+
+        ``None`` stands for a commit refused numbering because an fsync had failed.
+
+        Raises:
+            OSError: as ``durable``.
+
+        """
+        leads = threading.current_thread() is not threading.main_thread()
+        took: list[float] = []
+        with self._done:
+            if commit is not None:
+                while self._synced < commit and self._failure is None:
                     if leads and not self._syncing:
                         took.extend(self._round())
                     else:
                         self._done.wait()
-                synced = self._synced >= mine
-            else:
-                synced = False
+            synced = commit is not None and self._synced >= commit
         for seconds in took:
             telemetry.fsynced(seconds)  # after the waiters are released, and it never raises
         if synced:

@@ -75,6 +75,10 @@ class Ledger:
     _FOR_UPDATE: ClassVar[str] = ""
     """What a SELECT needs to lock the rows it reads until the transaction ends."""
 
+    _ONE_WRITER: ClassVar[bool] = False
+    """Whether the process's writes queue for one lock (SQLite's): an async caller's work
+    then runs in the store's own ledger thread, in batches (``safeact._ledger_work``)."""
+
     def __init__(
         self, *, lease: float = LEASE, heartbeat: float | None = None, host: str | None = None
     ) -> None:
@@ -268,6 +272,10 @@ class Ledger:
     def _errors(self) -> contextlib.AbstractContextManager[None]:
         """Turn the driver's errors into ``StoreError`` naming the ledger."""
         raise NotImplementedError
+
+    def _not_on_disk(self, failure: OSError) -> StoreError:
+        """The error of a commit whose fsync failed (``failure``, from the group commit)."""
+        return StoreError(f"{self.location}: a commit may not be on disk: {failure}")
 
     def _check_liveness(self) -> None:
         """Heartbeat: make sure other hosts can still see this process alive, or say why not."""

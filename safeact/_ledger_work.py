@@ -1,94 +1,147 @@
-"""The ledger's blocking work for an async caller: run in a thread, answered with one wake-up.
+"""The ledger's blocking work for async callers: run in threads, answered with few wake-ups.
 
 ``asyncio.to_thread`` wraps each hop in a concurrent future chained to an asyncio future,
 and ``shield`` (which the caller needs, since the work must not be cut off) adds a task and
 another future: three turns of the loop, each a callback, before the caller runs again. Here
-the thread hands its answer straight to the loop, and a cancelled caller can wait for the
-same work again, so a hop is one wake of the loop and one turn (DESIGN, "The hot path").
+a thread hands its answers straight to the loop, and a cancelled caller waits for the same
+work again (DESIGN, "The hot path").
 
-The threads are the process's own (``safeact-ledger``), not the loop's default executor:
-submitting to that one is only reachable through ``run_in_executor``, whose chained future
-is the cost. A forked child starts a pool of its own: the parent's threads do not exist in it.
+Where the work runs depends on the store. A SQLite ledger's writes queue for one lock in the
+process anyway, so its async callers' work runs in one thread of the store's
+(``LedgerThread``): it takes every job queued, carries them out in turn, waits for one fsync
+covering all their commits, and answers each loop with one wake-up. Threads that each wake
+for one job and contend for the GIL cost more CPU than the work (measured: about three
+times). Other stores (PostgreSQL, whose connections work in parallel) use a pool of threads.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import os
 import threading
+import weakref
+from collections import deque
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
-from typing import Generic, TypeVar, final
+from typing import Any, Generic, TypeVar, final
 
-__all__ = ["LedgerWork"]
+from safeact._group_commit import GroupCommit, deferred
+
+__all__ = ["LedgerThread", "LedgerWork", "thread_of"]
 
 T = TypeVar("T")
 
+IDLE = 1.0
+"""Seconds a store's ledger thread waits for more work before it ends (the next starts one)."""
+
 _pool: ThreadPoolExecutor | None = None
 _pool_lock = threading.Lock()
+_store_threads: weakref.WeakKeyDictionary[object, LedgerThread] = weakref.WeakKeyDictionary()
 
 
 def _threads() -> ThreadPoolExecutor:
-    """The process's ledger threads, started on first use."""
+    """The process's pool of ledger threads, started on first use."""
     global _pool  # noqa: PLW0603 - one pool per process, made on first use
     with _pool_lock:
         if _pool is None:
-            # As many as asyncio's default executor would have: a claim holds its thread
-            # while it waits for its fsync, and the claims waiting together share one.
+            # As many as asyncio's default executor would have: a PostgreSQL claim holds its
+            # thread for its round trips, and the others go on meanwhile.
             _pool = ThreadPoolExecutor(
                 max_workers=min(32, (os.cpu_count() or 1) + 4), thread_name_prefix="safeact-ledger"
             )
         return _pool
 
 
-def _forget_pool() -> None:
+def _forget_threads() -> None:
     """In a forked child: the parent's threads are gone, so the next work starts new ones."""
     global _pool, _pool_lock  # noqa: PLW0603 - the child's own pool and lock
     _pool = None
     _pool_lock = threading.Lock()  # a fork while another thread held it leaves it held
+    for thread in list(_store_threads.values()):
+        thread.forget()
 
 
-os.register_at_fork(after_in_child=_forget_pool)
+os.register_at_fork(after_in_child=_forget_threads)
+
+
+def thread_of(store: object) -> LedgerThread:
+    """``store``'s own ledger thread (made on first use; it starts with the first work)."""
+    thread = _store_threads.get(store)
+    if thread is None:
+        with _pool_lock:
+            thread = _store_threads.setdefault(store, LedgerThread())
+    return thread
 
 
 @final
 class LedgerWork(Generic[T]):
     """``work()`` running in a ledger thread, in a copy of the caller's context.
 
-    Started at construction, from a coroutine on a running loop. The work always runs to its
-    end: cancelling the task that awaits ``result()`` only stops that wait, and ``result()``
-    can be awaited again for the same work.
+    Started at construction, from a coroutine on a running loop: in ``thread``, or in the
+    process's pool. The work always runs to its end: cancelling the task that awaits
+    ``result()`` only stops that wait, and ``result()`` can be awaited again for the same
+    work. ``unsynced(value, failure)`` is what the caller gets instead of the value when the
+    fsync of a commit the work made failed (``thread`` defers those fsyncs); it undoes what
+    the value would have allowed.
     """
 
-    __slots__ = ("_ended", "_error", "_loop", "_value", "_waiter")
+    __slots__ = ("_context", "_ended", "_error", "_unsynced", "_value", "_waiter", "_work", "loop")
 
-    def __init__(self, work: Callable[[], T]) -> None:
-        """Start ``work`` in a ledger thread.
+    def __init__(
+        self,
+        work: Callable[[], T],
+        unsynced: Callable[[T, OSError], BaseException],
+        *,
+        thread: LedgerThread | None = None,
+    ) -> None:
+        """Start ``work`` in ``thread``, or in the pool; ``loop`` is the running loop.
 
         Raises:
-            RuntimeError: no event loop is running in this thread.
+            RuntimeError: no event loop is running in this thread, or no thread can start.
 
         """
-        self._loop = asyncio.get_running_loop()
-        self._waiter: asyncio.Future[None] = self._loop.create_future()
+        self.loop = asyncio.get_running_loop()
+        self._waiter: asyncio.Future[None] = self.loop.create_future()
         self._ended = False
         self._value: T | None = None
         self._error: BaseException | None = None
-        _threads().submit(self._run, contextvars.copy_context(), work)
-
-    def _run(self, context: contextvars.Context, work: Callable[[], T]) -> None:
-        """In the ledger thread: run ``work`` and hand what came of it to the loop."""
-        try:
-            value = context.run(work)
-        except BaseException as exc:  # noqa: BLE001 - whatever it raised is the caller's
-            self._loop.call_soon_threadsafe(self._end, None, exc)
+        self._work = work
+        self._unsynced = unsynced
+        self._context = contextvars.copy_context()
+        if thread is None or thread.is_current():
+            # From the store's thread itself (a hook run by its work that makes a call), the
+            # thread cannot carry the work out: it waits for it.
+            _threads().submit(self._in_pool)
         else:
-            self._loop.call_soon_threadsafe(self._end, value, None)
+            thread.submit(self)
 
-    def _end(self, value: T | None, error: BaseException | None) -> None:
-        """On the loop: keep what came of the work and wake the caller, if it still waits."""
-        self._value, self._error, self._ended = value, error, True
+    def run(self) -> None:
+        """In a ledger thread: run the work; keep what it returned or raised."""
+        try:
+            self._value = self._context.run(self._work)
+        except BaseException as exc:  # noqa: BLE001 - whatever it raised is the caller's
+            self._error = exc
+
+    def not_synced(self, failure: OSError) -> None:
+        """In a ledger thread: the fsync of a commit the work made failed."""
+        if self._error is None:
+            self._error = self._unsynced(self._value, failure)  # type: ignore[arg-type] # no error: the work's T
+
+    def refused(self, error: BaseException) -> None:
+        """The work will never run: its caller gets ``error``."""
+        self._error = error
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for it
+            self.loop.call_soon_threadsafe(self.end)
+
+    def _in_pool(self) -> None:
+        self.run()
+        self.loop.call_soon_threadsafe(self.end)
+
+    def end(self) -> None:
+        """On the loop: the work has ended; wake the caller, if it still waits."""
+        self._ended = True
         if not self._waiter.done():
             self._waiter.set_result(None)
 
@@ -96,15 +149,123 @@ class LedgerWork(Generic[T]):
         """Wait for the work to end; return what it returned.
 
         Raises:
-            BaseException: what the work raised.
+            BaseException: what the work raised (or ``unsynced`` made).
             asyncio.CancelledError: the awaiting task was cancelled; the work goes on, and
                 another ``result()`` waits for it.
 
         """
         if not self._ended:
             if self._waiter.done():  # cancelled by an earlier wait
-                self._waiter = self._loop.create_future()
+                self._waiter = self.loop.create_future()
             await self._waiter
         if self._error is not None:
             raise self._error
         return self._value  # type: ignore[return-value] # set with the error None: the work's T
+
+
+@final
+class LedgerThread:
+    """One store's thread: carries out its async callers' work in batches.
+
+    It starts with the first work and ends once idle for ``IDLE`` seconds. Each batch is
+    every job queued when it looked: they run one after another, their commits' fsyncs
+    deferred (``deferred``), then one wait covers them all (``made_durable``), and only then
+    is any of them answered, each loop with one wake-up. A job whose commit's fsync failed
+    gets its ``unsynced`` error instead of its value.
+    """
+
+    __slots__ = ("_jobs", "_lock", "_running", "_thread", "_wake")
+
+    def __init__(self) -> None:
+        """No thread yet: ``submit`` starts one."""
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._jobs: deque[LedgerWork[Any]] = deque()
+        self._running = False
+        self._thread: threading.Thread | None = None
+
+    def is_current(self) -> bool:
+        """Whether the calling thread is this one's (running a job's work)."""
+        return threading.current_thread() is self._thread
+
+    def forget(self) -> None:
+        """In a forked child: the thread is gone, and the lock may be held by no one."""
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._jobs = deque()
+        self._running = False
+        self._thread = None
+
+    def submit(self, job: LedgerWork[Any]) -> None:
+        """Queue ``job``, and start the thread if it is not running.
+
+        Raises:
+            RuntimeError: the thread could not start. Neither ``job`` nor any job queued
+                meanwhile will run; those others' callers get the same error.
+
+        """
+        with self._lock:
+            self._jobs.append(job)
+            if self._running:
+                self._wake.notify()
+                return
+            self._running = True
+        thread = threading.Thread(target=self._drain, name="safeact-ledger", daemon=True)
+        self._thread = thread
+        try:
+            thread.start()
+        except BaseException as exc:
+            with self._lock:
+                stranded = [other for other in self._jobs if other is not job]
+                self._jobs.clear()  # no thread will take them, and job's caller gives up
+                self._running = False
+            for other in stranded:
+                other.refused(exc)
+            raise
+
+    def _drain(self) -> None:
+        """The thread: carry out the queued jobs, a batch at a time, until idle."""
+        while True:
+            with self._lock:
+                if not self._jobs:
+                    self._wake.wait(IDLE)
+                    if not self._jobs:
+                        self._running = False
+                        return
+                jobs = list(self._jobs)
+                self._jobs.clear()
+            _carry_out(jobs)
+
+
+def _carry_out(jobs: list[LedgerWork[Any]]) -> None:
+    """Run ``jobs``, make their commits durable with one wait per store, then answer them."""
+    pending: list[dict[GroupCommit, int]] = []
+    highest: dict[GroupCommit, int] = {}
+    for job in jobs:
+        commits: dict[GroupCommit, int] = {}
+        with deferred(commits):
+            job.run()
+        pending.append(commits)
+        for group, commit in commits.items():
+            highest[group] = max(highest.get(group, 0), commit)
+    failures: dict[GroupCommit, OSError] = {}
+    for group, commit in highest.items():
+        try:
+            group.made_durable(commit)
+        except OSError as exc:
+            failures[group] = exc
+    by_loop: dict[asyncio.AbstractEventLoop, list[LedgerWork[Any]]] = {}
+    for job, commits in zip(jobs, pending, strict=True):
+        failed = [failures[group] for group in commits if group in failures]
+        if failed:
+            job.not_synced(failed[0])
+        by_loop.setdefault(job.loop, []).append(job)
+    for loop, answered in by_loop.items():
+        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for them
+            loop.call_soon_threadsafe(_end_all, answered)
+
+
+def _end_all(jobs: list[LedgerWork[Any]]) -> None:
+    """On the loop: end each of ``jobs``."""
+    for job in jobs:
+        job.end()

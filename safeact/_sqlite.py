@@ -97,6 +97,8 @@ class SqliteStore(Store):
 
     """
 
+    _ONE_WRITER = True
+
     def __init__(
         self,
         path: str | os.PathLike[str],
@@ -177,7 +179,7 @@ class SqliteStore(Store):
             try:
                 self._group.durable()
             except OSError as exc:
-                raise StoreError(f"{self._path}: a commit may not be on disk: {exc}") from exc
+                raise self._not_on_disk(exc) from exc
 
     def _finish_attempting(self, db: Executor, outcome: tuple[object, ...], event: Event) -> Cursor:
         """The outcome, then its event if the outcome changed the row: two statements."""

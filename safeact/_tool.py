@@ -855,10 +855,16 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
         """
         import asyncio  # noqa: PLC0415 - only async callers pay for it (~20 ms)
 
-        from safeact._ledger_work import LedgerWork  # noqa: PLC0415 - loads asyncio
+        from safeact._ledger_work import LedgerWork, thread_of  # noqa: PLC0415 - loads asyncio
 
         cancelled = threading.Event()
-        work = LedgerWork(lambda: self._advance(steps, answer, cancelled))
+        # Until the store is open (the first hop opens it) its backend is not known.
+        store = self._held.open() if self._held.is_open else None
+        work = LedgerWork(
+            lambda: self._advance(steps, answer, cancelled),
+            self._unsynced,
+            thread=thread_of(store) if store is not None and store._ONE_WRITER else None,  # noqa: SLF001 - the tool and its store are one
+        )
         try:
             # A Claim comes back only when the caller was cancelled, which raises below.
             return cast("Pause | Act | Ask | _Ended", await work.result())
@@ -871,6 +877,16 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
             if isinstance(step, Act):
                 self._interrupted(step.record)
             raise
+
+    def _unsynced(self, step: Pause | Act | Ask | Claim | _Ended, failure: OSError) -> StoreError:
+        """The claim (or other commit) ``step`` came after is not on disk: the call's error.
+
+        An action it would have started never runs: its attempt is marked in doubt
+        (interrupted), as a claim whose own fsync failed is (``_claim``).
+        """
+        if isinstance(step, Act):
+            self._interrupted(step.record)
+        return self.store._not_on_disk(failure)  # noqa: SLF001 - the tool and its store are one
 
     def _advance(
         self,

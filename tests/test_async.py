@@ -294,9 +294,9 @@ def test_a_new_key_costs_two_hops_to_a_ledger_thread_and_a_replay_one(
     hops: list[object] = []
     start = LedgerWork.__init__
 
-    def counted(self: LedgerWork[T], work: Callable[[], T]) -> None:
+    def counted(self: LedgerWork[T], work: Callable[[], T], *args: Any, **kwargs: Any) -> None:
         hops.append(work)
-        start(self, work)
+        start(self, work, *args, **kwargs)
 
     monkeypatch.setattr(LedgerWork, "__init__", counted)
     charge = charge_tool(store, [])
@@ -369,30 +369,41 @@ def test_a_hop_carries_the_callers_context(store: Store) -> None:
 
 
 def test_a_forked_child_runs_async_calls_with_threads_of_its_own(tmp_path: Path) -> None:
-    """Ledger threads started before a fork do not exist in the child: it starts its own."""
+    """Ledger threads running at a fork do not exist in the child: it starts its own."""
     script = tmp_path / "child.py"
     script.write_text(
         textwrap.dedent(
             f"""
             import asyncio, os, sys
+            import safeact._ledger_work as work
             from safeact import get_store, safe
-            store = get_store({str(tmp_path / "ledger.db")!r})
+
+            work.IDLE = 3600  # the store's thread still runs at the fork
+            store = get_store({str(tmp_path / "open.db")!r})
 
             @safe(store, name="pay")
             async def pay(key: str) -> int:
                 return os.getpid()
 
-            asyncio.run(pay("parent"))  # the parent's ledger threads are started
-            # Until one is idle: a pool carried over would then give it the child's work,
-            # and a thread that does not exist in the child never runs it.
-            from safeact._ledger_work import _threads
-            idle = _threads()._idle_semaphore
+            @safe({str(tmp_path / "later.db")!r}, name="send")
+            async def send(key: str) -> int:
+                return os.getpid()
+
+            asyncio.run(pay("parent"))  # in the store's own thread
+            asyncio.run(send("parent"))  # its first hop, before the store is open, in the pool
+            # Until a pool thread is idle: a pool carried over would then give it the
+            # child's work, and a thread that does not exist in the child never runs it.
+            idle = work._threads()._idle_semaphore
             idle.acquire()
             idle.release()
             pid = os.fork()
             if pid == 0:
-                outcome = asyncio.run(pay("child"))
-                os._exit(0 if outcome.value == os.getpid() else 3)
+                @safe({str(tmp_path / "child.db")!r}, name="notify")
+                async def notify(key: str) -> int:
+                    return os.getpid()
+
+                outcomes = [asyncio.run(tool("child")) for tool in (pay, notify)]
+                os._exit(0 if [o.value for o in outcomes] == [os.getpid()] * 2 else 3)
             _, status = os.waitpid(pid, 0)
             sys.exit(os.waitstatus_to_exitcode(status))
             """
