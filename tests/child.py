@@ -12,11 +12,13 @@ action print "acting" after its effect and wait for a line on stdin; --slow make
 that many seconds; --lease, --heartbeat and --wait set the store and the tool. --probe gives
 the tool a reconciliation probe that answers happened, not_happened or unknown; --resolve
 resolves the key as happened or not_happened instead of calling the tool. --host names the
-host this process claims as (another host's owner cannot be looked up locally). Under
+host this process claims as (another host's owner cannot be looked up locally). --awaited
+makes the tool an ``async def``, awaited on an event loop of its own. Under
 SAFEACT_REPLAY_ONLY, a call refused with ReplayOnlyError is reported as such.
 """
 
 import argparse
+import asyncio
 import faulthandler
 import json
 import os
@@ -48,7 +50,7 @@ from safeact._protocol import Checkpoint, checkpoint_hook
 from tests.actions import Receipt, record_effect
 
 
-def main() -> None:  # noqa: C901 - one option after another
+def main() -> None:  # noqa: C901, PLR0915 - one option after another
     faulthandler.enable()  # a crash prints every thread's stack to stderr, which tests show
     parser = argparse.ArgumentParser()
     parser.add_argument("ledger")
@@ -66,6 +68,7 @@ def main() -> None:  # noqa: C901 - one option after another
     parser.add_argument("--probe", choices=["happened", "not_happened", "unknown"])
     parser.add_argument("--resolve", choices=["happened", "not_happened"])
     parser.add_argument("--host")
+    parser.add_argument("--awaited", action="store_true")
     options = parser.parse_args()
 
     if options.barrier:  # before opening: a new ledger is created under contention too
@@ -83,13 +86,7 @@ def main() -> None:  # noqa: C901 - one option after another
         print(safe(store)(probe).name)
         return
 
-    @safe(
-        store,
-        name="tests.charge",
-        wait=options.wait,
-        reconcile=None if options.probe is None else answering(options.probe),
-    )
-    def charge(key: str, to: str, amount: int) -> Receipt:
+    def act(key: str, to: str, amount: int) -> Receipt:
         record_effect(options.effects, key)
         if options.hold:  # the owner acted; it goes on when the test says so
             print("acting", flush=True)
@@ -98,6 +95,26 @@ def main() -> None:  # noqa: C901 - one option after another
         if options.fail:
             raise RuntimeError("card declined")
         return Receipt(to, amount)
+
+    guard = safe(
+        store,
+        name="tests.charge",
+        wait=options.wait,
+        reconcile=None if options.probe is None else answering(options.probe),
+    )
+
+    @guard
+    def charge_now(key: str, to: str, amount: int) -> Receipt:
+        return act(key, to, amount)
+
+    @guard
+    async def charge_awaited(key: str, to: str, amount: int) -> Receipt:
+        return act(key, to, amount)
+
+    def charge(key: str, to: str, amount: int) -> Outcome[Receipt]:
+        if options.awaited:  # the ledger's work in the store's thread, fsyncs deferred
+            return asyncio.run(charge_awaited(key, to, amount))
+        return charge_now(key, to, amount)
 
     def kill_at(point: Checkpoint) -> None:
         if point == options.kill_at:

@@ -73,6 +73,15 @@ def test_kill_during_failing_action(any_ledger: str, tmp_path: Path, case: Case)
     crash_then_continue(any_ledger, tmp_path / "effects", case, "--fail")
 
 
+AWAITED_PATH = [case for case in SUCCESS_PATH if case[0] in ("after_claim", "after_call")]
+
+
+@pytest.mark.parametrize("case", AWAITED_PATH, ids=[case[0] for case in AWAITED_PATH])
+def test_kill_during_an_awaited_action(any_ledger: str, tmp_path: Path, case: Case) -> None:
+    """An async tool: killed with its claim committed, fsync pending, or after acting; the same."""
+    crash_then_continue(any_ledger, tmp_path / "effects", case, "--awaited")
+
+
 def test_resolve_after_kill_lets_the_action_run_exactly_once_more(
     any_ledger: str, tmp_path: Path
 ) -> None:
