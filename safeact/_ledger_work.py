@@ -125,9 +125,12 @@ class LedgerWork(Generic[T]):
             self._error = exc
 
     def not_synced(self, failure: OSError) -> None:
-        """In a ledger thread: the fsync of a commit the work made failed."""
+        """In a ledger thread: the fsync of a commit the work made failed. Never raises."""
         if self._error is None:
-            self._error = self._unsynced(self._value, failure)  # type: ignore[arg-type] # no error: the work's T
+            try:
+                self._error = self._unsynced(self._value, failure)  # type: ignore[arg-type] # no error: the work's T
+            except Exception as exc:  # noqa: BLE001 - the caller's error; the thread goes on
+                self._error = exc
 
     def refused(self, error: BaseException) -> None:
         """The work will never run: its caller gets ``error``."""

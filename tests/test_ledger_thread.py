@@ -6,17 +6,18 @@ import sqlite3
 import threading
 from collections.abc import Callable, Coroutine
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
 import safeact._ledger_work as ledger_work
-from safeact import DoubtReason, Outcome, State, StoreError, Succeeded, safe
+from safeact import AsyncSafeTool, DoubtReason, Outcome, State, StoreError, Succeeded, safe
 from safeact._ledger_work import LedgerWork, thread_of
 from safeact._protocol import Checkpoint, Record, checkpoint_hook
 from safeact._sqlite import SqliteStore
 
 QUEUED = 8
+T = TypeVar("T")
 
 
 def _is_wal(fd: int) -> bool:
@@ -53,12 +54,27 @@ async def _batch_behind_first(
     return outcomes[1:]
 
 
-def _within_30s(call: Callable[[], Outcome[int]]) -> list[Outcome[int]]:
-    """``[call()]``, or ``[]`` if it has not returned within 30 s (work nobody carries out)."""
-    returned: list[Outcome[int]] = []
-    caller = threading.Thread(target=lambda: returned.append(call()), daemon=True)
+def _within_30s(call: Callable[[], T]) -> list[T]:
+    """``[call()]``, or ``[]`` if it has not ended within 30 s (work nobody carries out).
+
+    Raises:
+        BaseException: what ``call`` raised.
+
+    """
+    returned: list[T] = []
+    raised: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            returned.append(call())
+        except BaseException as exc:  # noqa: BLE001 - raised again in the test's thread
+            raised.append(exc)
+
+    caller = threading.Thread(target=run, daemon=True)
     caller.start()
     caller.join(30)
+    if raised:
+        raise raised[0]
     return returned
 
 
@@ -229,3 +245,33 @@ def test_a_call_made_from_the_stores_thread_itself_is_carried_out(ledger: Path) 
     assert _within_30s(outer) == [Succeeded("outer", 5)]
     store.close()
     assert inner == [Succeeded("inner", 5)]
+
+
+def test_an_error_while_failing_a_claim_is_the_callers_and_the_thread_goes_on(
+    ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Undoing an unsynced claim raises: its caller gets that error; later calls are answered."""
+    store = SqliteStore(ledger)
+
+    @safe(store, name="undone")
+    async def act(key: str) -> int:
+        return 1
+
+    assert asyncio.run(act("a")) == Succeeded("a", 1)  # the store is open: its thread is used
+    fsync = os.fsync
+
+    def failing(fd: int) -> None:
+        if _is_wal(fd):
+            raise OSError(5, "Input/output error")
+        fsync(fd)
+
+    def undo_fails(self: object, step: object, failure: OSError) -> StoreError:
+        raise RuntimeError("could not undo")
+
+    monkeypatch.setattr(os, "fsync", failing)
+    monkeypatch.setattr(AsyncSafeTool, "_unsynced", undo_fails)
+    with pytest.raises(RuntimeError, match="could not undo"):
+        _within_30s(lambda: asyncio.run(act("k")))
+    with pytest.raises(StoreError, match="open the store again once the disk is sound"):
+        _within_30s(lambda: asyncio.run(act("later")))  # answered: the thread goes on
+    store.close()
