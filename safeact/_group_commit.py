@@ -24,9 +24,10 @@ failed fsync Linux may have dropped the dirty pages and report the next fsync cl
 would pass off as durable a commit that was written before the failure and lost with it.
 
 A ledger thread (``safeact._ledger_work``) carries out many async callers' work in turn, so
-it defers the wait: inside ``deferred(pending)`` a commit is only numbered, into
-``pending``, and the thread waits once for all of them (``made_durable``) before it answers
-any of those callers. Nothing a deferred commit allowed (an action) starts before then.
+it defers the wait for their claims: a claim made under ``claim_deferred`` inside a job's
+``batch`` is only numbered, and the thread waits once for all of them (``made_durable``)
+before it answers any of those callers. Nothing a deferred commit allowed (an action)
+starts before then, and no other commit is deferred.
 """
 
 from __future__ import annotations
@@ -38,24 +39,40 @@ from collections.abc import Callable, Iterator
 
 import safeact._telemetry as telemetry
 
-__all__ = ["GroupCommit", "deferred"]
+__all__ = ["GroupCommit", "batch", "claim_deferred"]
 
 _deferring = threading.local()
+"""A ledger thread's job: ``commits`` (set by ``batch``) and ``armed`` (by ``claim_deferred``)."""
 
 
 @contextlib.contextmanager
-def deferred(pending: dict[GroupCommit, int]) -> Iterator[None]:
-    """Within the block, this thread's commits are numbered into ``pending``, not waited for.
+def batch(commits: dict[GroupCommit, int]) -> Iterator[None]:
+    """One job of a ledger thread: the claim it defers is numbered into ``commits``.
 
-    ``pending`` maps each group to the highest commit of the block's in it; the caller must
+    ``commits`` maps each group to the highest commit deferred in it; the thread must
     ``made_durable`` each before anything those commits allowed goes on. Never on the main
     thread (it never runs an fsync, and nothing would sync its deferred commits).
     """
-    _deferring.pending = pending
+    _deferring.commits = commits
     try:
         yield
     finally:
-        _deferring.pending = None
+        _deferring.commits = None
+        _deferring.armed = False
+
+
+@contextlib.contextmanager
+def claim_deferred() -> Iterator[None]:
+    """Inside a ``batch``, the next commit of this thread is only numbered: the claim's own.
+
+    Once: any other commit, before or after it (a call that a hook or a handler makes in the
+    same thread, say), waits for its fsync as always, so its action cannot start first.
+    """
+    _deferring.armed = True
+    try:
+        yield
+    finally:
+        _deferring.armed = False
 
 
 class GroupCommit:
@@ -113,9 +130,10 @@ class GroupCommit:
             else:
                 self._committed += 1
                 mine = self._committed
-                pending: dict[GroupCommit, int] | None = getattr(_deferring, "pending", None)
-                if pending is not None:
-                    pending[self] = mine
+                commits: dict[GroupCommit, int] | None = getattr(_deferring, "commits", None)
+                if commits is not None and getattr(_deferring, "armed", False):
+                    _deferring.armed = False
+                    commits[self] = mine
                     return
                 if not leads:
                     self._mains = mine

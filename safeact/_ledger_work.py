@@ -9,7 +9,7 @@ work again (DESIGN, "The hot path").
 Where the work runs depends on the store. A SQLite ledger's writes queue for one lock in the
 process anyway, so its async callers' work runs in one thread of the store's
 (``LedgerThread``): it takes every job queued, carries them out in turn, waits for one fsync
-covering all their commits, and answers each loop with one wake-up. Threads that each wake
+covering all their claims, and answers each loop with one wake-up. Threads that each wake
 for one job and contend for the GIL cost more CPU than the work (measured: about three
 times). Other stores (PostgreSQL, whose connections work in parallel) use a pool of threads.
 """
@@ -17,7 +17,6 @@ times). Other stores (PostgreSQL, whose connections work in parallel) use a pool
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import contextvars
 import os
 import threading
@@ -27,7 +26,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import Any, Generic, TypeVar, final
 
-from safeact._group_commit import GroupCommit, deferred
+from safeact._group_commit import GroupCommit, batch
 
 __all__ = ["LedgerThread", "LedgerWork", "thread_of"]
 
@@ -82,17 +81,30 @@ class LedgerWork(Generic[T]):
     Started at construction, from a coroutine on a running loop: in ``thread``, or in the
     process's pool. The work always runs to its end: cancelling the task that awaits
     ``result()`` only stops that wait, and ``result()`` can be awaited again for the same
-    work. ``unsynced(value, failure)`` is what the caller gets instead of the value when the
-    fsync of a commit the work made failed (``thread`` defers those fsyncs); it undoes what
-    the value would have allowed.
+    work. ``abandoned(value, why)`` is called when the value will not be acted on: the fsync
+    of the claim the work deferred failed (``why`` is the ``OSError``), or its loop closed
+    before it could be answered. It undoes what the value would have allowed and returns
+    the error the caller gets instead.
     """
 
-    __slots__ = ("_context", "_ended", "_error", "_unsynced", "_value", "_waiter", "_work", "loop")
+    __slots__ = (
+        "_abandoned",
+        "_context",
+        "_ended",
+        "_error",
+        "_given_up",
+        "_value",
+        "_waiter",
+        "_work",
+        "answered",
+        "caller_gone",
+        "loop",
+    )
 
     def __init__(
         self,
         work: Callable[[], T],
-        unsynced: Callable[[T, OSError], BaseException],
+        abandoned: Callable[[T, Exception], BaseException],
         *,
         thread: LedgerThread | None = None,
     ) -> None:
@@ -105,10 +117,15 @@ class LedgerWork(Generic[T]):
         self.loop = asyncio.get_running_loop()
         self._waiter: asyncio.Future[None] = self.loop.create_future()
         self._ended = False
+        self._given_up = False
+        self.answered = False
+        """Handed to its loop, or undone: the ledger thread is done with it."""
+        self.caller_gone = False
+        """Nobody will act on the value: its loop closed, or an interrupt took its caller."""
         self._value: T | None = None
         self._error: BaseException | None = None
         self._work = work
-        self._unsynced = unsynced
+        self._abandoned = abandoned
         self._context = contextvars.copy_context()
         if thread is None or thread.is_current():
             # From the store's thread itself (a hook run by its work that makes a call), the
@@ -118,29 +135,46 @@ class LedgerWork(Generic[T]):
             thread.submit(self)
 
     def run(self) -> None:
-        """In a ledger thread: run the work; keep what it returned or raised."""
+        """In a ledger thread: run the work, unless its loop is gone (nobody would act)."""
+        if self.loop.is_closed():
+            self.caller_gone = True
+            return
         try:
             self._value = self._context.run(self._work)
         except BaseException as exc:  # noqa: BLE001 - whatever it raised is the caller's
             self._error = exc
 
-    def not_synced(self, failure: OSError) -> None:
-        """In a ledger thread: the fsync of a commit the work made failed. Never raises."""
-        if self._error is None:
+    def give_up(self, why: Exception) -> None:
+        """In a ledger thread: the value will not be acted on; undo it, once. Never raises."""
+        if self._error is None and not self._given_up:
             try:
-                self._error = self._unsynced(self._value, failure)  # type: ignore[arg-type] # no error: the work's T
+                self._error = self._abandoned(self._value, why)  # type: ignore[arg-type] # no error: the work's T
             except Exception as exc:  # noqa: BLE001 - the caller's error; the thread goes on
                 self._error = exc
+        self._given_up = True
 
     def refused(self, error: BaseException) -> None:
         """The work will never run: its caller gets ``error``."""
         self._error = error
-        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for it
+        self.answer()
+
+    def abandon(self) -> None:
+        """The caller is gone (an interrupt as the work was queued): undo it, answer nobody."""
+        self.caller_gone = True
+
+    def answer(self) -> None:
+        """Wake the caller on its loop; if the loop has closed, undo the work instead."""
+        try:
             self.loop.call_soon_threadsafe(self.end)
+        except RuntimeError as exc:  # the loop is closed: nobody will act on the value
+            self.give_up(exc)
 
     def _in_pool(self) -> None:
         self.run()
-        self.loop.call_soon_threadsafe(self.end)
+        if self.caller_gone:
+            self.give_up(RuntimeError("the event loop closed before the work was answered"))
+        else:
+            self.answer()
 
     def end(self) -> None:
         """On the loop: the work has ended; wake the caller, if it still waits."""
@@ -152,7 +186,7 @@ class LedgerWork(Generic[T]):
         """Wait for the work to end; return what it returned.
 
         Raises:
-            BaseException: what the work raised (or ``unsynced`` made).
+            BaseException: what the work raised (or ``abandoned`` made).
             asyncio.CancelledError: the awaiting task was cancelled; the work goes on, and
                 another ``result()`` waits for it.
 
@@ -171,10 +205,10 @@ class LedgerThread:
     """One store's thread: carries out its async callers' work in batches.
 
     It starts with the first work and ends once idle for ``IDLE`` seconds. Each batch is
-    every job queued when it looked: they run one after another, their commits' fsyncs
-    deferred (``deferred``), then one wait covers them all (``made_durable``), and only then
-    is any of them answered, each loop with one wake-up. A job whose commit's fsync failed
-    gets its ``unsynced`` error instead of its value.
+    every job queued when it looked: they run one after another, each one's claim deferred
+    (``claim_deferred`` in a ``batch``), then one wait covers them all (``made_durable``),
+    and only then is any of them answered, each loop with one wake-up. A job whose claim's
+    fsync failed is abandoned (undone, and its caller gets the error) instead.
     """
 
     __slots__ = ("_jobs", "_lock", "_running", "_thread", "_wake")
@@ -205,6 +239,8 @@ class LedgerThread:
         Raises:
             RuntimeError: the thread could not start. Neither ``job`` nor any job queued
                 meanwhile will run; those others' callers get the same error.
+            BaseException: an interrupt as the thread started: if it did start, ``job`` is
+                undone when its turn comes, since its caller is gone.
 
         """
         with self._lock:
@@ -218,6 +254,9 @@ class LedgerThread:
         try:
             thread.start()
         except BaseException as exc:
+            if thread.ident is not None:  # it runs: it will take the queue, job undone
+                job.abandon()
+                raise
             with self._lock:
                 stranded = [other for other in self._jobs if other is not job]
                 self._jobs.clear()  # no thread will take them, and job's caller gives up
@@ -237,18 +276,52 @@ class LedgerThread:
                         return
                 jobs = list(self._jobs)
                 self._jobs.clear()
-            _carry_out(jobs)
+            try:
+                _carry_out(jobs)
+            except BaseException as exc:
+                # Only an exception from outside gets here (injected into this thread):
+                # every job of the batch not yet answered is undone and told, and the next
+                # work starts a new thread rather than waiting for this one.
+                with self._lock:
+                    self._running = False
+                for job in jobs:
+                    if not job.answered:
+                        job.give_up(RuntimeError(f"the ledger thread stopped: {exc!r}"))
+                        job.answer()
+                raise
 
 
 def _carry_out(jobs: list[LedgerWork[Any]]) -> None:
-    """Run ``jobs``, make their commits durable with one wait per store, then answer them."""
-    pending: list[dict[GroupCommit, int]] = []
-    highest: dict[GroupCommit, int] = {}
+    """Run ``jobs``, make their claims durable with one wait per store, then answer them."""
+    deferred: list[dict[GroupCommit, int]] = []
     for job in jobs:
         commits: dict[GroupCommit, int] = {}
-        with deferred(commits):
+        with batch(commits):
             job.run()
-        pending.append(commits)
+        deferred.append(commits)
+    failures = _made_durable(deferred)
+    by_loop: dict[asyncio.AbstractEventLoop, list[LedgerWork[Any]]] = {}
+    for job, commits in zip(jobs, deferred, strict=True):
+        failed = [failures[group] for group in commits if group in failures]
+        if failed:
+            job.give_up(failed[0])
+        if job.caller_gone:
+            job.give_up(RuntimeError("nobody waits for this work any more"))
+        else:
+            by_loop.setdefault(job.loop, []).append(job)
+        job.answered = True
+    for loop, answered in by_loop.items():
+        try:
+            loop.call_soon_threadsafe(_end_all, answered)
+        except RuntimeError as exc:  # the loop closed meanwhile: nobody will act on these
+            for job in answered:
+                job.give_up(exc)
+
+
+def _made_durable(deferred: list[dict[GroupCommit, int]]) -> dict[GroupCommit, OSError]:
+    """Wait for an fsync covering each group's highest deferred commit; the failed ones."""
+    highest: dict[GroupCommit, int] = {}
+    for commits in deferred:
         for group, commit in commits.items():
             highest[group] = max(highest.get(group, 0), commit)
     failures: dict[GroupCommit, OSError] = {}
@@ -257,15 +330,7 @@ def _carry_out(jobs: list[LedgerWork[Any]]) -> None:
             group.made_durable(commit)
         except OSError as exc:
             failures[group] = exc
-    by_loop: dict[asyncio.AbstractEventLoop, list[LedgerWork[Any]]] = {}
-    for job, commits in zip(jobs, pending, strict=True):
-        failed = [failures[group] for group in commits if group in failures]
-        if failed:
-            job.not_synced(failed[0])
-        by_loop.setdefault(job.loop, []).append(job)
-    for loop, answered in by_loop.items():
-        with contextlib.suppress(RuntimeError):  # a closed loop: nobody waits for them
-            loop.call_soon_threadsafe(_end_all, answered)
+    return failures
 
 
 def _end_all(jobs: list[LedgerWork[Any]]) -> None:

@@ -55,6 +55,7 @@ from safeact._call import (
 )
 from safeact._codec import ResultNotStorableError, check_return_type, decode, encode
 from safeact._display import Display, check_redact
+from safeact._group_commit import claim_deferred
 from safeact._history import Why
 from safeact._keys import (
     ArgsHash,
@@ -562,16 +563,21 @@ class _Guard(Generic[T_co]):
 
     def _claim(self, claim: Claim) -> Record | None:
         started = time.perf_counter()
-        claimed = self.store._claim(
-            claim.key,
-            self.name,
-            claim.args_hash,
-            attempt_id=uuid.uuid4().hex,
-            previous=claim.previous,
-            shape=self._result_shape(),
-            approval=claim.approval,
-            arguments=claim.arguments,
-        )
+        shape = self._result_shape()
+        # An async tool's claim, made by a store's ledger thread, leaves its fsync to the
+        # thread's batch (``claim_deferred``); nothing else is deferred, not even a sync
+        # tool called in that thread, whose action follows its claim at once.
+        with claim_deferred() if self._awaits else contextlib.nullcontext():
+            claimed = self.store._claim(
+                claim.key,
+                self.name,
+                claim.args_hash,
+                attempt_id=uuid.uuid4().hex,
+                previous=claim.previous,
+                shape=shape,
+                approval=claim.approval,
+                arguments=claim.arguments,
+            )
         telemetry.claimed(self.name, claimed, time.perf_counter() - started)
         return claimed
 
@@ -862,7 +868,7 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
         store = self._held.open() if self._held.is_open else None
         work = LedgerWork(
             lambda: self._advance(steps, answer, cancelled),
-            self._unsynced,
+            self._abandoned,
             thread=thread_of(store) if store is not None and store._ONE_WRITER else None,  # noqa: SLF001 - the tool and its store are one
         )
         try:
@@ -878,15 +884,18 @@ class AsyncSafeTool(_Guard[T_co], Generic[P, T_co]):
                 self._interrupted(step.record)
             raise
 
-    def _unsynced(self, step: Pause | Act | Ask | Claim | _Ended, failure: OSError) -> StoreError:
-        """The claim (or other commit) ``step`` came after is not on disk: the call's error.
+    def _abandoned(self, step: Pause | Act | Ask | Claim | _Ended, why: Exception) -> Exception:
+        """Nobody will act on ``step``: undo what it would have allowed; the caller's error.
 
-        An action it would have started never runs: its attempt is marked in doubt
-        (interrupted), as a claim whose own fsync failed is (``_claim``).
+        ``why``: the claim it came after is not on disk (the fsync's ``OSError``), or its
+        caller's loop is gone. An action it would have started never runs: its attempt is
+        marked in doubt (interrupted), as a claim whose own fsync failed is (``_claim``).
         """
         if isinstance(step, Act):
             self._interrupted(step.record)
-        return self.store._not_on_disk(failure)  # noqa: SLF001 - the tool and its store are one
+        if isinstance(why, OSError):
+            return self.store._not_on_disk(why)  # noqa: SLF001 - the tool and its store are one
+        return why
 
     def _advance(
         self,

@@ -1,6 +1,7 @@
 """A SQLite store's ledger thread: async callers' work in batches, a batch's claims one fsync."""
 
 import asyncio
+import gc
 import os
 import sqlite3
 import threading
@@ -219,8 +220,8 @@ def test_calls_whose_thread_cannot_start_leave_no_work_behind(
     assert ran == []
 
 
-def _no_sync(value: None, failure: OSError) -> OSError:
-    return failure
+def _no_sync(value: None, why: Exception) -> Exception:
+    return why
 
 
 def test_a_call_made_from_the_stores_thread_itself_is_carried_out(ledger: Path) -> None:
@@ -265,13 +266,98 @@ def test_an_error_while_failing_a_claim_is_the_callers_and_the_thread_goes_on(
             raise OSError(5, "Input/output error")
         fsync(fd)
 
-    def undo_fails(self: object, step: object, failure: OSError) -> StoreError:
+    def undo_fails(self: object, step: object, why: Exception) -> Exception:
         raise RuntimeError("could not undo")
 
     monkeypatch.setattr(os, "fsync", failing)
-    monkeypatch.setattr(AsyncSafeTool, "_unsynced", undo_fails)
+    monkeypatch.setattr(AsyncSafeTool, "_abandoned", undo_fails)
     with pytest.raises(RuntimeError, match="could not undo"):
         _within_30s(lambda: asyncio.run(act("k")))
     with pytest.raises(StoreError, match="open the store again once the disk is sound"):
         _within_30s(lambda: asyncio.run(act("later")))  # answered: the thread goes on
     store.close()
+
+
+def test_a_sync_tool_called_in_the_stores_thread_acts_only_after_its_own_fsync(
+    ledger: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A hook in the thread calls a sync tool: its claim is not deferred with the batch's."""
+    store = SqliteStore(ledger)
+    committed = sqlite3.connect(ledger, check_same_thread=False)
+    synced: set[str] = set()
+    fsync = os.fsync
+
+    def recorded(fd: int) -> None:
+        if _is_wal(fd):
+            covered = {
+                key
+                for (key,) in committed.execute("SELECT key FROM calls WHERE state = 'attempting'")
+            }
+            fsync(fd)
+            synced.update(covered)
+        else:
+            fsync(fd)
+
+    early: list[str] = []
+
+    @safe(store, name="alert")
+    def alert(key: str) -> int:
+        if key not in synced:
+            early.append(key)
+        return 2
+
+    @safe(store, name="outer")
+    async def act(key: str) -> int:
+        return 1
+
+    alerts: list[Outcome[int]] = []
+    hooked = threading.Event()
+
+    def after_claim(reached: Checkpoint) -> None:
+        if reached == "after_claim" and not hooked.is_set():
+            hooked.set()  # once: the alert's own claim reaches this checkpoint too
+            alerts.append(alert("alert-1"))
+
+    def outer() -> Outcome[int]:
+        with checkpoint_hook(after_claim):
+            return asyncio.run(act("outer"))
+
+    monkeypatch.setattr(os, "fsync", recorded)
+    assert _within_30s(outer) == [Succeeded("outer", 1)]
+    committed.close()
+    store.close()
+    assert alerts == [Succeeded("alert-1", 2)]
+    assert early == []
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_a_claim_whose_loop_closed_before_its_answer_is_left_interrupted(ledger: Path) -> None:
+    """The caller's loop is gone when the claim is answered: nobody acts, the key is in doubt."""
+    store = SqliteStore(ledger)
+    ran: list[str] = []
+
+    @safe(store, name="orphan")
+    async def act(key: str) -> int:
+        ran.append(key)
+        return 1
+
+    assert asyncio.run(act("a")) == Succeeded("a", 1)  # the store is open: its thread is used
+    held = _Held(store)
+    store._stored = held  # type: ignore[method-assign]
+    loop = asyncio.new_event_loop()
+    first = loop.create_task(act("first"))
+    loop.run_until_complete(asyncio.to_thread(held.reading.wait, 30))
+    loop.close()  # with the call's task still waiting for its claim
+    assert not first.done()
+    held.release.set()
+    assert _within_30s(lambda: asyncio.run(act("after"))) == [Succeeded("after", 1)]
+    del store._stored
+    # Its coroutine is closed as its task is collected: the call's telemetry then fails to
+    # reset its context variable outside the task's context (as before this driver; noted).
+    del first
+    gc.collect()
+    record = store.get("first")
+    store.close()
+    assert ran == ["a", "after"]
+    assert record is not None
+    assert (record.state, record.doubt_reason) == (State.IN_DOUBT, DoubtReason.INTERRUPTED)
