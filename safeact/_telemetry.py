@@ -134,7 +134,11 @@ def _otel() -> _Otel | None:
             claims=meter.create_histogram(
                 "safeact.claim.duration",
                 unit="s",
-                description="Time to claim a key, its durable commit included, by tool",
+                description=(
+                    "Time to claim a key, its durable commit included (an async tool's on "
+                    "SQLite: its commit, the batch's fsync being in safeact.fsync.duration), "
+                    "by tool"
+                ),
                 explicit_bucket_boundaries_advisory=SECONDS,
             ),
             fsyncs=meter.create_histogram(
