@@ -116,7 +116,8 @@ class GroupCommit:
     def durable(self) -> None:
         """Return once an fsync begun after the caller's commit has returned.
 
-        Call it after the commit. Inside ``deferred`` it only numbers the commit.
+        Call it after the commit. Inside ``claim_deferred`` in a ``batch`` it only numbers
+        the commit.
 
         Raises:
             OSError: an fsync failed, this one or an earlier one: the commit is in the file
@@ -124,10 +125,12 @@ class GroupCommit:
 
         """
         leads = threading.current_thread() is not threading.main_thread()
+        took: list[float] = []
+        # One hold of the lock from numbering to the end of the wait: the main thread takes
+        # it once, and a Ctrl-C landing as a lock is taken, in Condition.__enter__, would
+        # leave it held for ever (a test signals the main thread as the fsync begins).
         with self._done:
-            if self._failure is not None:
-                mine = None
-            else:
+            if self._failure is None:
                 self._committed += 1
                 mine = self._committed
                 commits: dict[GroupCommit, int] | None = getattr(_deferring, "commits", None)
@@ -146,27 +149,39 @@ class GroupCommit:
                         syncer.start()
                         self._syncer = syncer
                     self._syncer_needed.notify()
-        self.made_durable(mine)
+                synced = self._covered(mine, took, leads=leads)
+            else:
+                synced = False
+        self._reported(took, synced=synced)
 
-    def made_durable(self, commit: int | None) -> None:
+    def made_durable(self, commit: int) -> None:
         """Return once an fsync covering ``commit`` (a number ``durable`` gave) has returned.
 
-        ``None`` stands for a commit refused numbering because an fsync had failed.
+        Never on the main thread (only a ledger thread defers its claims).
 
         Raises:
             OSError: as ``durable``.
 
         """
-        leads = threading.current_thread() is not threading.main_thread()
         took: list[float] = []
         with self._done:
-            if commit is not None:
-                while self._synced < commit and self._failure is None:
-                    if leads and not self._syncing:
-                        took.extend(self._round())
-                    else:
-                        self._done.wait()
-            synced = commit is not None and self._synced >= commit
+            synced = self._covered(commit, took, leads=True)
+        self._reported(took, synced=synced)
+
+    def _covered(self, commit: int, took: list[float], *, leads: bool) -> bool:
+        """With the lock held: wait (or lead rounds) until ``commit`` is synced or one failed.
+
+        Appends each fsync this thread ran to ``took``; returns whether ``commit`` is synced.
+        """
+        while self._synced < commit and self._failure is None:
+            if leads and not self._syncing:
+                took.extend(self._round())
+            else:
+                self._done.wait()
+        return self._synced >= commit
+
+    def _reported(self, took: list[float], *, synced: bool) -> None:
+        """After the lock is released: report this thread's fsyncs; raise if not synced."""
         for seconds in took:
             telemetry.fsynced(seconds)  # after the waiters are released, and it never raises
         if synced:

@@ -254,12 +254,19 @@ def test_an_interrupted_caller_stops_waiting_and_the_others_go_on() -> None:
     main = threading.main_thread().ident
     assert main == threading.get_ident()
 
+    interrupted = threading.Event()
+
     def interrupt(signum: int, frame: object) -> None:
-        raise KeyboardInterrupt
+        if not interrupted.is_set():
+            interrupted.set()
+            raise KeyboardInterrupt
 
     def signal_main_once_held() -> None:
         assert fsyncs.holding.wait(30)
-        signal.pthread_kill(main, signal.SIGUSR1)
+        # A signal that lands just before the main thread blocks in its wait is handled
+        # only when it wakes; sent again, one lands in the wait itself (the handler raises once).
+        while not interrupted.wait(0.01):
+            signal.pthread_kill(main, signal.SIGUSR1)
 
     previous = signal.signal(signal.SIGUSR1, interrupt)
     try:
