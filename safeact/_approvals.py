@@ -131,10 +131,20 @@ class Approvals(Ledger):
         return self._decide_approval(key, approve=False, by=by, note=note, args_hash=args_hash)
 
     @telemetry.approving
-    def _decide_approval(
-        self, key: str, *, approve: bool, by: str, note: str | None, args_hash: str | None
+    def _decide_approval(  # noqa: PLR0913 - approve's parameters, and the state seen
+        self,
+        key: str,
+        *,
+        approve: bool,
+        by: str,
+        note: str | None,
+        args_hash: str | None,
+        seen: ApprovalState | None = None,
     ) -> Approval:
-        """Record a person's decision on ``key``'s request, as ``approve`` and ``deny`` say."""
+        """Record a person's decision on ``key``'s request, as ``approve`` and ``deny`` say.
+
+        ``seen`` is the request's state as the person saw it (``decision_refusal``).
+        """
         by = _person(by)
         optional_text("note", note)
         optional_text("args_hash", args_hash)
@@ -146,7 +156,9 @@ class Approvals(Ledger):
         )
         with self._errors(), self._transaction(sync=True) as db:
             current = self._locked_approval(db, key)
-            refusal = decision_refusal(current, key, approve=approve, args_hash=args_hash)
+            refusal = decision_refusal(
+                current, key, approve=approve, args_hash=args_hash, seen=seen
+            )
             if refusal is not None:
                 raise SafeError(refusal)
             db.execute(

@@ -24,7 +24,6 @@ import importlib
 import importlib.metadata
 import importlib.util
 import json
-import math
 import os
 import re
 import sys
@@ -35,6 +34,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import TYPE_CHECKING, NoReturn, cast
 
+import safeact._cli_serve as serving
 from safeact._cli_batch import (
     Decision,
     InputError,
@@ -96,8 +96,8 @@ from safeact._protocol import (
     utc_now,
 )
 from safeact._reconcile import Probe
+from safeact._result_fit import ECHOED, echoed, parse_result, result_fit
 from safeact._schema import migrate
-from safeact._shape import check
 from safeact._sqlite import SqliteStore
 from safeact._store import Store
 from safeact.exceptions import CorruptRecordError, SafeError
@@ -105,7 +105,6 @@ from safeact.exceptions import CorruptRecordError, SafeError
 if TYPE_CHECKING:
     from _typeshed import SupportsWrite
 
-    from safeact._protocol import JSON
 
 __all__ = ["main"]
 
@@ -246,7 +245,7 @@ def _cut_long_words(message: str) -> str:
     safeact's own parsers refuse are already cut shorter (``echoed``).
     """
     return _LONG_WORD.sub(
-        lambda word: f"{word[0][:_ECHOED]}... ({len(word[0]):,} characters)", message
+        lambda word: f"{word[0][:ECHOED]}... ({len(word[0]):,} characters)", message
     )
 
 
@@ -323,77 +322,18 @@ def states(text: str) -> list[State]:
         ) from None
 
 
-_DEEPEST = 200
-"""How deep a ``--result`` may nest: well within what Python decodes, stores and shows."""
-
-
 def json_value(text: str) -> object:
-    """A JSON document, its arrays and objects nested at most ``_DEEPEST`` deep.
+    """A JSON document, as ``parse_result`` reads it.
 
     Raises:
-        argparse.ArgumentTypeError: the text is not valid UTF-8, is nested deeper, is not
-            JSON, or holds an integer longer than Python reads from text.
+        argparse.ArgumentTypeError: the text is not valid UTF-8, or ``parse_result`` refuses it.
 
     """
     _check_utf8(text, "so it is not JSON text")
-    if (depth := nesting(text)) > _DEEPEST:
-        raise argparse.ArgumentTypeError(
-            f"{echoed(text)} is nested {depth:,} levels deep; a result may nest at most "
-            f"{_DEEPEST} levels"
-        )
     try:
-        return json.loads(text, parse_float=_finite, parse_constant=_not_a_number)
-    except _NotFiniteError as exc:
-        raise argparse.ArgumentTypeError(
-            f"{echoed(text)} holds {exc}, which is not a finite number; a result holds finite "
-            "numbers only (JSON has no NaN or infinity)"
-        ) from None
-    except json.JSONDecodeError as exc:
-        raise argparse.ArgumentTypeError(f"{echoed(text)} is not JSON ({exc})") from None
-    except ValueError:  # json's only other error: an integer over Python's digit limit
-        raise argparse.ArgumentTypeError(
-            f"{echoed(text)} holds an integer of more than "
-            f"{sys.get_int_max_str_digits():,} digits, the most Python reads from text "
-            "(its int max str digits limit)"
-        ) from None
-
-
-class _NotFiniteError(ArithmeticError):
-    """A number in ``--result`` that is no finite float (``1e400``, ``NaN``)."""
-
-
-def _finite(text: str) -> float:
-    number = float(text)
-    if not math.isfinite(number):
-        raise _NotFiniteError(text)
-    return number
-
-
-def _not_a_number(text: str) -> NoReturn:
-    """``NaN``, ``Infinity`` and ``-Infinity``: Python's json reads them; JSON has none."""
-    raise _NotFiniteError(text)
-
-
-def nesting(text: str) -> int:
-    """How deep the arrays and objects of JSON ``text`` nest (0: none); strings are skipped."""
-    depth = deepest = 0
-    in_string = after_backslash = False
-    for char in text:
-        if in_string:
-            if after_backslash:
-                after_backslash = False
-            elif char == "\\":
-                after_backslash = True
-            elif char == '"':
-                in_string = False
-        elif char == '"':
-            in_string = True
-        elif char in "[{":
-            depth += 1
-            deepest = max(deepest, depth)
-        elif char in "]}":
-            depth -= 1
-    return deepest
+        return parse_result(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def utf8_text(refusal: str) -> Callable[[str], str]:
@@ -424,18 +364,6 @@ def _as_typed(value: str) -> bytes:
         return value.encode(errors="surrogateescape")
     except UnicodeEncodeError:  # a surrogate that stands for no byte: from a caller of main
         return value.encode(errors="backslashreplace")
-
-
-_ECHOED = 60
-"""Characters (or bytes) of a value quoted in an error: enough to recognise, never a page."""
-
-
-def echoed(value: str | bytes) -> str:
-    """``value`` as an error quotes it: its repr, cut short, saying how long it is if cut."""
-    if len(value) <= _ECHOED:
-        return repr(value)
-    unit = "characters" if isinstance(value, str) else "bytes"
-    return f"{value[:_ECHOED]!r}... ({len(value):,} {unit})"
 
 
 _KEY = utf8_text("so no key can match it (keys are stored as UTF-8 text)")
@@ -916,61 +844,14 @@ def transition_json(before: Record | None, after: Record) -> dict[str, object]:
     }
 
 
-_SAID = 3
-"""Problems (or parts not checked) a message names before it says how many more there are."""
-
-
 def _result_check(
     store: Store, record: Record | None, result: object
 ) -> tuple[str | None, str | None]:
-    """Check an operator's ``result`` for ``record``'s key against its tool's description.
-
-    The description is the one the tool's own process wrote in the ledger at its latest
-    claim (``safeact._shape``): no code of the tool's is imported or run here. Returns the
-    key's tool (the decision must be about a key of that tool still) and, when some of the
-    result could not be checked, a warning for stderr once the decision is made (a refused
-    decision prints only its error).
-
-    Raises:
-        _UsageError: the result does not fit; nothing was written.
-
-    """
-    if record is None:
-        return None, None  # the decision itself says the key is unknown
-    tool = escaped(record.tool)
-    later = (
-        f"if it does not fit, replaying {record.key!r} says so: then correct it with safeact amend"
-    )
-    text = store._result_shape(record.tool)  # noqa: SLF001 - the command line is the operator's seat
-    if text is None:
-        return record.tool, (
-            f"safeact: warning: the result is not checked: the ledger has no description of "
-            f"{tool}'s results (it is written at the tool's first claim since the ledger "
-            f"reached schema 5); {later}"
-        )
+    """``result_fit``, its refusal a usage error."""
     try:
-        shape = json.loads(text)
-    except ValueError:
-        shape = None  # not JSON: check says it cannot read it
-    fit = check(shape, cast("JSON", result))
-    if fit.problems:
-        raise _UsageError(
-            f"the result does not fit the return type of {tool}: {_some(fit.problems)}; "
-            "nothing was changed"
-        )
-    if fit.unchecked:
-        return record.tool, (
-            f"safeact: warning: part of the result is not checked against the return type of "
-            f"{tool}: {_some(fit.unchecked)}; {later}"
-        )
-    return record.tool, None
-
-
-def _some(said: Sequence[str]) -> str:
-    """The first few of ``said``, joined, and how many more there are."""
-    shown = "; ".join(said[:_SAID])
-    more = len(said) - _SAID
-    return f"{shown}; and {more} more" if more > 0 else shown
+        return result_fit(store, record, result)
+    except ValueError as exc:
+        raise _UsageError(str(exc)) from None
 
 
 def cmd_sagas(options: argparse.Namespace, store: Store) -> int:
@@ -1457,6 +1338,7 @@ def parser() -> _Parser:
         "Upgrade a ledger to this safeact's schema, keeping a copy of the old file.",
         "safeact migrate agent.db",
     )
+    serving.add_commands(commands)
     return top
 
 
@@ -1575,6 +1457,7 @@ _RUN: dict[str, Callable[[argparse.Namespace, Store], int]] = {
     "reconcile": cmd_reconcile,
     "archive": cmd_archive,
     "export": cmd_export,
+    "serve": serving.cmd_serve,
 }
 
 
@@ -1599,11 +1482,13 @@ def main(argv: Sequence[str] | None = None) -> int:
             raise
         if options.command == "migrate":
             code = cmd_migrate(options)
+        elif options.command == "hash-password":
+            code = serving.cmd_hash_password(options)
         else:
             with open_store(options.ledger) as store:
                 code = _RUN[options.command](options, store)
         sys.stdout.flush()  # a failure to write shows here, not at the interpreter's exit
-    except (_UsageError, SafeError) as exc:
+    except (_UsageError, SafeError, serving.ServeError) as exc:
         _warn(f"safeact: error: {exc}\n")
         return 2
     except BrokenPipeError:  # `safeact ls big.db | head`: the reader left, which is fine

@@ -625,17 +625,28 @@ def denial_message(approval: Approval) -> str:
 
 
 def decision_refusal(
-    approval: Approval | None, key: str, *, approve: bool, args_hash: str | None
+    approval: Approval | None,
+    key: str,
+    *,
+    approve: bool,
+    args_hash: str | None,
+    seen: ApprovalState | None = None,
 ) -> str | None:
     """Why a person's ``approve`` (or deny) of ``key`` may not be recorded; None if it may.
 
     Only a pending request can be approved; a pending or an approved (not yet consumed) one
     can be denied. ``args_hash``, when given, is the digest the person saw: a request for
-    other arguments is not the one they decided.
+    other arguments is not the one they decided. ``seen``, when given, is the state they
+    saw it in: a request decided since is not the one they decided either.
     """
     verb = "approve" if approve else "deny"
     if approval is None:
         return f"cannot {verb} key {key!r}: no approval was requested for it"
+    if seen is not None and approval.state is not seen:
+        return (
+            f"cannot {verb} key {key!r}: its approval is {approval.state.value} now, not "
+            f"{seen.value} as when you looked; look at it again"
+        )
     if args_hash is not None and approval.args_hash != args_hash:
         return (
             f"cannot {verb} key {key!r}: its request is for args hash "

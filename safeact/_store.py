@@ -7,6 +7,7 @@
 | the audit trail and late completions | ``_audit`` |
 | sagas' rows | ``_saga_rows`` |
 | listings and counts for the CLI | ``_listing`` |
+| pages of what waits on a person, for ``safeact serve`` | ``_inbox`` |
 | retention (purge) | ``_retention`` |
 | archiving the history | ``_archive`` |
 | the heartbeat of held attempts | ``_liveness`` |
@@ -29,6 +30,7 @@ from safeact._archive import Archiving
 from safeact._audit import Audit
 from safeact._codec import encode_untyped
 from safeact._history import Why
+from safeact._inbox import Inbox
 from safeact._listing import Listing
 from safeact._liveness import Liveness
 from safeact._outcome import in_doubt_from
@@ -50,7 +52,9 @@ if TYPE_CHECKING:
 __all__ = ["Store"]
 
 
-class Store(KeyTransitions, Approvals, Audit, SagaRows, Listing, Retention, Archiving, Liveness):
+class Store(
+    KeyTransitions, Approvals, Audit, SagaRows, Listing, Inbox, Retention, Archiving, Liveness
+):
     """A ledger of keys, shared safely by threads, processes and (on PostgreSQL) hosts.
 
     The database, never a lock in this process, decides which caller wins a key. Use as a

@@ -94,6 +94,7 @@ class _Otel:
     calls: Counter
     replays: Counter
     in_doubt: Counter
+    decisions: Counter
     claims: Histogram
     fsyncs: Histogram
 
@@ -130,6 +131,13 @@ def _otel() -> _Otel | None:
                 "safeact.calls.in_doubt",
                 unit="{call}",
                 description="Guarded calls that returned InDoubt, by tool and reason",
+            ),
+            decisions=meter.create_counter(
+                "safeact.decisions",
+                unit="{decision}",
+                description="People's decisions on keys in doubt and approval requests (the "
+                "command line's, the web inbox's, the API's), by tool, decision and whether "
+                "the ledger recorded or refused it",
             ),
             claims=meter.create_histogram(
                 "safeact.claim.duration",
@@ -571,9 +579,14 @@ def resolving(
             force=bool(kwargs.get("force")),
             attempt_id=kwargs.get("attempt_id"),
         ) as watch:
-            record = decide(ledger, key, *args, **kwargs)
+            try:
+                record = decide(ledger, key, *args, **kwargs)
+            except Exception:
+                _decided(watch, recorded=False)
+                raise
             watch.set(tool=record.tool, attempt_id=record.attempt_id, state=record.state.value)
             watch.level = logging.INFO
+            _decided(watch, recorded=True)
         return record
 
     return watched
@@ -599,12 +612,36 @@ def approving(
             key=key,
             decision="approved" if kwargs.get("approve") else "denied",
         ) as watch:
-            approval = decide(ledger, key, *args, **kwargs)
+            try:
+                approval = decide(ledger, key, *args, **kwargs)
+            except Exception:
+                _decided(watch, recorded=False)
+                raise
             watch.set(tool=approval.tool, state=approval.state.value)
             watch.level = logging.INFO
+            _decided(watch, recorded=True)
         return approval
 
     return watched
+
+
+@_harmless(_nothing)
+def _decided(watch: Watch, *, recorded: bool) -> None:
+    """Count a person's decision ``watch`` watches, recorded or refused, in ``safeact.decisions``.
+
+    A refused decision's tool is the one it named, if any (the key may be unknown).
+    """
+    otel = _otel()
+    if otel is None:
+        return
+    counted = {
+        "safeact.decision": str(watch.fields["decision"]),
+        "safeact.outcome": "recorded" if recorded else "refused",
+    }
+    tool = watch.fields.get("tool")
+    if tool is not None:
+        counted["safeact.tool"] = str(tool)
+    otel.decisions.add(1, counted)
 
 
 def attempt(attempt_id: str) -> None:

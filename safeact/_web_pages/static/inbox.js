@@ -1,0 +1,25 @@
+// The inbox's live refresh: the server says when what waits changed (server-sent events),
+// and the page fetches its lists again, drawn and escaped by the server, as on a reload.
+"use strict";
+const lists = document.getElementById("lists");
+if (lists !== null) {
+  const title = document.querySelector("title").dataset.title;
+  const source = new EventSource(lists.dataset.events);
+  source.onmessage = async () => {
+    const response = await fetch(lists.dataset.fragment, { credentials: "same-origin" });
+    if (response.redirected || response.status === 401) {
+      window.location.assign("/signin");
+      return;
+    }
+    if (!response.ok) {
+      return;
+    }
+    lists.innerHTML = await response.text();
+    const waiting = Number(document.getElementById("waiting").dataset.waiting);
+    document.title = waiting > 0 ? `(${waiting}) ${title}` : title;
+  };
+  source.addEventListener("expired", () => {
+    source.close();
+    window.location.assign("/signin");
+  });
+}
