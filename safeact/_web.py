@@ -605,7 +605,7 @@ def _api_refused() -> Response:
 
 
 def listening(host: str, port: int) -> socket.socket:
-    """A socket bound to ``host``'s ``port`` (0: any free one), for ``serve``.
+    """A socket listening on ``host``'s ``port`` (0: any free one), for ``serve``.
 
     Raises:
         OSError: the address cannot be bound (in use, or not this machine's).
@@ -616,6 +616,7 @@ def listening(host: str, port: int) -> socket.socket:
     try:
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
+        sock.listen(128)  # connections wait in the backlog until the server takes them
     except OSError:
         sock.close()
         raise

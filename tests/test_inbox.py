@@ -1,0 +1,484 @@
+"""The web inbox over real HTTP: who gets in, what it shows, and the decisions made in it.
+
+Each test serves a ledger with the real server on loopback (``tests.inbox``) and talks to it
+as a browser would, cookies and forms included; tests/test_inbox_browser.py drives Chromium.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import subprocess
+import sys
+from datetime import timedelta
+from pathlib import Path
+from urllib.parse import quote
+
+import pytest
+
+from safeact import (
+    ApprovalState,
+    AwaitingApproval,
+    DoubtReason,
+    State,
+    Store,
+    Succeeded,
+    get_store,
+    safe,
+)
+from safeact._cli import main
+from safeact._cli_json import doubt_json
+from safeact._protocol import utc_now
+from safeact._tool import SafeTool
+from safeact._web_auth import Credentials, hash_password
+from tests.actions import Receipt, bury_owners, expire_leases
+from tests.inbox import TOKEN, Client, Served, running
+
+pytestmark = pytest.mark.located
+
+
+def charge_tool(store: Store, ran: list[str], *, approval: bool = False) -> SafeTool[..., Receipt]:
+    """``tests.charge``: records each run of its action in ``ran``."""
+
+    @safe(store, name="tests.charge", approval=approval, keep_arguments=True)
+    def charge(key: str, to: str, amount: int) -> Receipt:
+        ran.append(key)
+        return Receipt(to, amount)
+
+    return charge
+
+
+def crashed(
+    store: Store, key: str, *, to: str = "bob", amount: int = 20, again: bool = False
+) -> None:
+    """Leave ``key`` of ``tests.charge`` as a process killed in its action leaves it.
+
+    ``again``: a released key, claimed again (attempt ``b-KEY``).
+    """
+    tool = charge_tool(store, [])
+    claimed = store._claim(
+        key,
+        tool.name,
+        tool._digest(key, (to, amount), {}),
+        attempt_id=f"{'b' if again else 'a'}-{key}",
+        previous=store._stored(key) if again else None,
+        shape=tool._result_shape(),  # as the tool's own claim writes it
+    )
+    assert claimed is not None
+    bury_owners(store)
+
+
+def signed_in(served: Served, name: str = "alice") -> Client:
+    client = served.client()
+    assert client.sign_in(name).status == 303
+    return client
+
+
+def state_of(store: Store, key: str) -> State:
+    record = store.get(key)
+    assert record is not None
+    return record.state
+
+
+def test_the_inbox_lists_what_waits_and_counts_it_in_its_title(store: Store) -> None:
+    """Keys in doubt and pending requests are listed, each linked to its page, and counted."""
+    crashed(store, "refund-1")
+    assert isinstance(charge_tool(store, [], approval=True)("pay-1", "eve", 5), AwaitingApproval)
+    with running(store) as served:
+        page = signed_in(served).get("/")
+    assert page.status == 200
+    assert f'<title data-title="safeact inbox · {store.location}">(2) ' in page.body
+    assert 'href="/key?key=refund-1"' in page.body
+    assert 'href="/key?key=pay-1"' in page.body
+    assert "crashed" in page.body  # why refund-1 is in doubt
+    assert "a-refund-1" in page.body  # its receipt: the attempt to look for
+    assert "&#34;to&#34;: &#34;eve&#34;" in page.body  # the arguments the tool keeps
+
+
+def test_a_page_is_a_slice_of_what_waits_in_the_order_of_list_in_doubt(store: Store) -> None:
+    """Pages of doubts, marked and abandoned alike, filtered by tool and age, join up exactly."""
+    tool = charge_tool(store, [])
+    for n in range(7):
+        crashed(store, f"k{n}")
+    for n in range(0, 7, 2):  # some marked IN_DOUBT, the others ATTEMPTING under a dead owner
+        assert store._mark_in_doubt(f"k{n}", f"a-k{n}", DoubtReason.CRASHED)
+    tool("done", "bob", 1)  # settled: never listed
+    every = [r.key for r in store.list_in_doubt()]
+    assert len(every) == 7
+
+    def pages(size: int, **filters: object) -> list[str]:
+        keys: list[str] = []
+        offset = 0
+        while True:
+            page = store.doubt_page(offset=offset, limit=size, **filters)  # type: ignore[arg-type]
+            keys += [r.key for r in page.items]  # type: ignore[union-attr]
+            offset += size
+            if offset >= page.total:
+                return keys
+
+    assert pages(3, tool=None, before=None) == every
+    assert pages(2, tool="tests.charge", before=None) == every
+    assert pages(3, tool="another", before=None) == []
+    assert pages(3, tool=None, before=utc_now() - timedelta(hours=1)) == []
+    assert pages(3, tool=None, before=utc_now() + timedelta(seconds=1)) == every
+
+
+def test_without_signing_in_nothing_is_shown_and_nothing_changes(store: Store) -> None:
+    """Every page, the stream and the API want a session; every decision is refused."""
+    crashed(store, "refund-1")
+    assert isinstance(charge_tool(store, [], approval=True)("pay-1", "eve", 5), AwaitingApproval)
+    with running(store) as served:
+        stranger = served.client()
+        for path in ("/", "/key?key=refund-1"):
+            answer = stranger.get(path)
+            assert (answer.status, answer.location) == (303, "/signin")
+            assert "refund-1" not in answer.body
+        for path in ("/api/doubt", "/api/approvals", "/api/key?key=refund-1", "/events"):
+            answer = stranger.get(path)
+            assert answer.status == 401
+            assert "refund-1" not in answer.body
+        stranger.get("/signin")  # a session without a person: its form token is no entry
+        csrf = stranger.get("/signin").csrf()
+        decisions = {
+            "/resolve": {"key": "refund-1", "decision": "not_happened", "force": "yes"},
+            "/approve": {"key": "pay-1", "seen": "pending"},
+            "/deny": {"key": "pay-1", "seen": "pending"},
+        }
+        for path, form in decisions.items():
+            assert stranger.post(path, {**form, "csrf": csrf}).status == 401
+            assert stranger.post(path, form).status == 403
+        assert stranger.get("/api/doubt", {"Authorization": "Bearer wrong"}).status == 401
+    assert state_of(store, "refund-1") is State.IN_DOUBT
+    approval = store.approval("pay-1")
+    assert approval is not None
+    assert approval.state is ApprovalState.PENDING
+
+
+def test_a_wrong_token_or_no_name_signs_nobody_in(store: Store) -> None:
+    """A wrong secret, or none, is refused, and the session stays without a person."""
+    crashed(store, "refund-1")
+    with running(store) as served:
+        client = served.client()
+        assert client.sign_in(secret=TOKEN[:-1] + "x").status == 401
+        assert client.sign_in(secret="").status == 401
+        assert client.sign_in(name=" ").status == 401
+        assert client.get("/").status == 303
+        assert client.get("/api/doubt").status == 401
+
+
+def test_a_decision_without_the_forms_token_or_from_another_site_changes_nothing(
+    store: Store,
+) -> None:
+    """Cross-site request forgery: a POST must carry the session's token, from its origin."""
+    crashed(store, "refund-1")
+    with running(store) as served:
+        client = signed_in(served)
+        page = client.get("/key?key=refund-1")
+        form = {
+            "key": "refund-1",
+            "attempt": page.hidden("attempt"),
+            "decision": "not_happened",
+            "force": "yes",
+        }
+        assert client.post("/resolve", form).status == 403
+        assert client.post("/resolve", {**form, "csrf": "guessed"}).status == 403
+        other_site = {"Origin": "http://evil.example"}
+        assert client.post("/resolve", {**form, "csrf": page.csrf()}, other_site).status == 403
+        cross = {"Sec-Fetch-Site": "cross-site"}
+        assert client.post("/resolve", {**form, "csrf": page.csrf()}, cross).status == 403
+        assert state_of(store, "refund-1") is State.IN_DOUBT
+        own = {"Origin": served.url, "Sec-Fetch-Site": "same-origin"}
+        assert client.post("/resolve", {**form, "csrf": page.csrf()}, own).status == 303
+    assert state_of(store, "refund-1") is State.RELEASED
+
+
+def test_a_session_ends_after_its_minutes(store: Store) -> None:
+    """Past its minutes, a session shows nothing and decides nothing: sign in again."""
+    crashed(store, "refund-1")
+    with running(store, session_minutes=10) as served:
+        client = signed_in(served)
+        page = client.get("/key?key=refund-1")
+        served.clock.now += 10 * 60 + 1
+        assert client.get("/").status == 303
+        assert client.get("/api/doubt").status == 401
+        form = {"key": "refund-1", "decision": "not_happened", "force": "yes"}
+        assert client.post("/resolve", {**form, "csrf": page.csrf()}).status == 401
+        assert state_of(store, "refund-1") is State.IN_DOUBT
+        assert signed_in(served).get("/").status == 200
+
+
+def test_happened_is_checked_against_the_return_type_and_recorded_with_who(store: Store) -> None:
+    """A result that does not fit is refused; one that fits is replayed; the history says who."""
+    ran: list[str] = []
+    crashed(store, "refund-1")
+    with running(store) as served:
+        client = signed_in(served, "alice")
+        page = client.get("/key?key=refund-1")
+        form = {
+            "csrf": page.csrf(),
+            "key": "refund-1",
+            "attempt": page.hidden("attempt"),
+            "decision": "happened",
+            "note": "bank ref 8841",
+        }
+        wrong = client.post("/resolve", {**form, "result": '{"to": "bob", "amount": "20"}'})
+        assert wrong.status == 409
+        assert "does not fit the return type of tests.charge" in wrong.body
+        assert state_of(store, "refund-1") is State.IN_DOUBT
+        not_json = client.post("/resolve", {**form, "result": "{to: bob}"})
+        assert (not_json.status, "is not JSON" in not_json.body) == (409, True)
+        done = client.post("/resolve", {**form, "result": '{"to": "bob", "amount": 20}'})
+        assert (done.status, done.location) == (303, "/key?key=refund-1")
+    outcome = charge_tool(store, ran)("refund-1", "bob", 20)
+    assert outcome == Succeeded("refund-1", Receipt("bob", 20), replayed=True)
+    assert ran == []
+    (event,) = [e for e in store.history("refund-1") if e.to_state is State.SUCCEEDED]
+    assert event.note == "by alice: bank ref 8841"
+    assert event.by == "operator"
+
+
+def test_not_happened_needs_proof_or_force(store: Store) -> None:
+    """A lease that ran out is only suspicion: refused without force, released with it."""
+    ran: list[str] = []
+    tool = charge_tool(store, ran)
+    store._claim(
+        "refund-1",
+        tool.name,
+        tool._digest("refund-1", ("bob", 20), {}),
+        attempt_id="a-1",
+        previous=None,
+    )
+    expire_leases(store)
+    with running(store) as served:
+        client = signed_in(served, "bo")
+        page = client.get("/key?key=refund-1")
+        form = {
+            "csrf": page.csrf(),
+            "key": "refund-1",
+            "attempt": "a-1",
+            "decision": "not_happened",
+            "note": "no payment at the bank",
+        }
+        refused = client.post("/resolve", form)
+        assert refused.status == 409
+        assert "not proven" in refused.body
+        assert client.post("/resolve", {**form, "force": "yes"}).status == 303
+    assert state_of(store, "refund-1") is State.RELEASED
+    assert tool("refund-1", "bob", 20) == Succeeded("refund-1", Receipt("bob", 20))
+    assert ran == ["refund-1"]
+    (event,) = [e for e in store.history("refund-1") if e.to_state is State.RELEASED]
+    assert event.note is not None
+    assert event.note.startswith("forced: ")
+    assert event.note.endswith("; by bo: no payment at the bank")
+
+
+def test_a_decision_on_a_key_that_moved_on_is_refused_with_its_new_state(store: Store) -> None:
+    """A page drawn before the key was released and claimed again decides nothing."""
+    crashed(store, "refund-1")
+    with running(store) as served:
+        client = signed_in(served)
+        stale = client.get("/key?key=refund-1")
+        store.resolve("refund-1", happened=False)
+        crashed(store, "refund-1", again=True)  # in doubt again, at another attempt
+        refused = client.post(
+            "/resolve",
+            {
+                "csrf": stale.csrf(),
+                "key": "refund-1",
+                "attempt": stale.hidden("attempt"),
+                "decision": "happened",
+                "result": '{"to": "bob", "amount": 20}',
+            },
+        )
+    assert refused.status == 409
+    assert "attempt a-refund-1 is over, the key is now at attempt b-refund-1" in refused.body
+    assert '<code id="attempt">b-refund-1</code>' in refused.body  # the key as it is now
+    assert state_of(store, "refund-1") is State.IN_DOUBT
+
+
+def test_approve_and_deny_record_who_and_why(store: Store) -> None:
+    """An approval lets the call run once; a denial is replayed; both name the person."""
+    ran: list[str] = []
+    charge = charge_tool(store, ran, approval=True)
+    assert isinstance(charge("pay-1", "eve", 5), AwaitingApproval)
+    assert isinstance(charge("pay-2", "eve", 6), AwaitingApproval)
+    with running(store) as served:
+        client = signed_in(served, "carol")
+        for key, verb, note in (("pay-1", "approve", "known payee"), ("pay-2", "deny", "twice")):
+            page = client.get(f"/key?key={key}")
+            form = {
+                "csrf": page.csrf(),
+                "key": key,
+                "args_hash": page.hidden("args_hash"),
+                "seen": "pending",
+                "note": note,
+            }
+            assert client.post(f"/{verb}", form).status == 303
+    assert charge("pay-1", "eve", 5) == Succeeded("pay-1", Receipt("eve", 5))
+    assert charge("pay-1", "eve", 5) == Succeeded("pay-1", Receipt("eve", 5), replayed=True)
+    assert ran == ["pay-1"]
+    denied = store.approval("pay-2")
+    assert denied is not None
+    assert (denied.state, denied.decided_by, denied.note) == (
+        ApprovalState.DENIED,
+        "carol",
+        "twice",
+    )
+    notes = [e.note for e in store.history("pay-1")]
+    assert "approved by carol: known payee" in notes
+
+
+def test_a_decision_on_a_request_decided_meanwhile_is_refused(store: Store) -> None:
+    """A second tab's deny, drawn while the request was pending, does not undo an approval."""
+    charge = charge_tool(store, [], approval=True)
+    assert isinstance(charge("pay-1", "eve", 5), AwaitingApproval)
+    with running(store) as served:
+        client = signed_in(served)
+        first, second = client.get("/key?key=pay-1"), client.get("/key?key=pay-1")
+        form = {"key": "pay-1", "args_hash": first.hidden("args_hash"), "seen": "pending"}
+        assert client.post("/approve", {**form, "csrf": first.csrf()}).status == 303
+        refused = client.post("/deny", {**form, "csrf": second.csrf()})
+    assert refused.status == 409
+    assert "its approval is approved now, not pending as when you looked" in refused.body
+    assert '<td id="approval-state">approved</td>' in refused.body
+    approval = store.approval("pay-1")
+    assert approval is not None
+    assert approval.state is ApprovalState.APPROVED
+
+
+def test_the_api_gives_the_command_lines_json(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``/api/doubt`` items are ``safeact doubt --json``'s objects; the token is a bearer."""
+    crashed(store, "refund-1")
+    crashed(store, "refund-2")
+    assert main(["doubt", store.location, "--json"]) == 1
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    with running(store) as served:
+        answer = served.client().get("/api/doubt", {"Authorization": f"Bearer {TOKEN}"})
+        shown = served.client().get("/api/key?key=refund-1", {"Authorization": f"Bearer {TOKEN}"})
+    assert answer.status == 200
+    body = answer.json()
+    assert isinstance(body, dict)
+    assert body["total"] == 2
+    for item in [*printed, *body["items"]]:
+        item.pop("age_seconds")  # a moment apart
+    assert body["items"] == printed
+    assert list(doubt_json(store.list_in_doubt()[0], utc_now())) == [*printed[0], "age_seconds"]
+    record = shown.json()
+    assert isinstance(record, dict)
+    assert record["record"]["state"] == "in_doubt"
+    assert [e["why"] for e in record["history"]] == [e.why.value for e in store.history("refund-1")]
+
+
+def test_the_event_stream_says_when_what_waits_changes(store: Store) -> None:
+    """An open page hears of a new key in doubt, with the count waiting, without a reload."""
+    crashed(store, "refund-1")
+    with running(store) as served:
+        client = signed_in(served)
+        connection = http.client.HTTPConnection("127.0.0.1", served.port, timeout=60)
+        cookie = "; ".join(f"{k}={v}" for k, v in client.cookies.items())
+        connection.request("GET", "/events", headers={"Cookie": cookie})
+        stream = connection.getresponse()
+        assert stream.status == 200
+        assert stream.getheader("content-type", "").startswith("text/event-stream")
+        assert stream.readline() == b'data: {"waiting": 1}\n'
+        assert stream.readline() == b"\n"
+        crashed(store, "refund-2")
+        assert stream.readline() == b'data: {"waiting": 2}\n'
+        assert stream.readline() == b"\n"
+        served.clock.now += 31 * 60  # the session ends: the page is told to sign in again
+        assert stream.readline() == b"event: expired\n"
+        connection.close()
+
+
+def test_what_a_page_shows_is_escaped_and_no_script_but_the_inboxs_runs(store: Store) -> None:
+    """A key and a note holding markup are text; the policy allows only the inbox's script."""
+    key = "<script>alert(1)</script>"
+    crashed(store, key)
+    store.resolve(key, happened=False, note='<img src=x onerror="alert(2)">')
+    crashed(store, "other")
+    with running(store) as served:
+        client = signed_in(served, "<b>mallory</b>")
+        inbox, page = client.get("/"), client.get(f"/key?key={quote(key, safe='')}")
+    for answer in (inbox, page):
+        assert "<script>alert" not in answer.body
+        assert "<img" not in answer.body
+        assert "<b>mallory" not in answer.body
+        policy = answer.headers["content-security-policy"]
+        assert "script-src 'self'" in policy
+        assert "default-src 'none'" in policy
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in page.body
+    assert "&lt;img src=x onerror=&#34;alert(2)&#34;&gt;" in page.body
+    assert "&lt;b&gt;mallory&lt;/b&gt;" in inbox.body
+
+
+def test_another_host_name_is_refused(store: Store) -> None:
+    """A page asked for under a name the inbox was not bound to is refused (DNS rebinding)."""
+    with running(store) as served:
+        answer = served.client().get("/signin", {"Host": "attacker.example"})
+    assert answer.status == 400
+
+
+def test_passwords_are_kept_as_scrypt_hashes(tmp_path: Path) -> None:
+    """``hash-password``'s line signs its person in with that password, and nobody else."""
+    printed = subprocess.run(
+        [sys.executable, "-m", "safeact", "hash-password", "alice"],
+        input="correct horse\n",
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout
+    assert printed.startswith("alice:scrypt$17$8$1$")
+    assert "correct horse" not in printed
+    passwords = tmp_path / "passwords"
+    passwords.write_text(printed + f"bob:{hash_password('other')}\n")
+    who = Credentials.from_password_file(passwords)
+    assert who.admits("alice", "correct horse")
+    assert not who.admits("alice", "other")
+    assert not who.admits("mallory", "correct horse")
+    assert who.admits("bob", "other")
+
+
+def test_serve_refuses_to_start_without_a_way_to_tell_who_comes_in(
+    ledger: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """No credentials, a short token, --no-auth off loopback, or any host name: exit 2."""
+    with get_store(ledger) as store:
+        crashed(store, "k")
+    short = tmp_path / "short"
+    short.write_text("abc\n")
+    refusals = {
+        (): "say who may come in: --token-file FILE or --passwords FILE",
+        ("--token-file", str(short)): "the token has 3 characters",
+        ("--no-auth", "--host", "192.0.2.1"): "--no-auth is for a loopback address only",
+        ("--no-auth", "--host", "0.0.0.0"): "listens on every address",  # noqa: S104
+        ("--passwords", str(short)): "line 1 is not NAME:HASH",
+    }
+    for options, said in refusals.items():
+        assert main(["serve", str(ledger), "--port", "0", *options]) == 2
+        assert said in capsys.readouterr().err
+
+
+def test_serve_from_the_command_line_serves_the_ledger(ledger: Path, tmp_path: Path) -> None:
+    """``safeact serve LEDGER --token-file F --port 0`` says where it listens, and serves."""
+    with get_store(ledger) as store:
+        crashed(store, "refund-1")
+    token = tmp_path / "token"
+    token.write_text(TOKEN + "\n")
+    command = ["serve", str(ledger), "--token-file", str(token), "--port", "0"]
+    with subprocess.Popen(
+        [sys.executable, "-m", "safeact", *command],
+        stdout=subprocess.PIPE,
+        text=True,
+    ) as server:
+        try:
+            assert server.stdout is not None
+            said = server.stdout.readline()
+            assert said.startswith(f"safeact inbox for {ledger} on http://127.0.0.1:")
+            port = int(said.rsplit(":", 1)[1].split("/")[0])
+            client = Client(port)
+            assert client.sign_in().status == 303
+            assert 'href="/key?key=refund-1"' in client.get("/").body
+        finally:
+            server.terminate()
