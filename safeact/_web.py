@@ -85,7 +85,7 @@ _SECURITY_HEADERS = {
         "connect-src 'self'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'"
     ),
     "X-Content-Type-Options": "nosniff",
-    "Referrer-Policy": "no-referrer",
+    "Referrer-Policy": "same-origin",  # "no-referrer" makes a form's Origin "null"
     "Cache-Control": "no-store",
 }
 
