@@ -23,11 +23,11 @@ from tests.processes import CHILD, TIMEOUT
 
 pytest.importorskip("selenium", reason="the browser tests need the dev extra's selenium")
 
-from selenium import webdriver  # noqa: E402 - after the check above
-from selenium.webdriver.chrome.options import Options  # noqa: E402
-from selenium.webdriver.chrome.service import Service  # noqa: E402
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+from selenium import webdriver
+from selenium.webdriver.chrome.options import Options
+from selenium.webdriver.chrome.service import Service
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 ARTIFACTS = Path(os.environ.get("SAFEACT_ARTIFACTS", Path(__file__).parent.parent / "artifacts"))
@@ -188,9 +188,7 @@ def test_a_second_tab_deciding_the_same_key_is_refused(
 ) -> None:
     """Two tabs on one key: the first decides; the second's decision is refused, with the news."""
     ledger, effects = tmp_path / "agent.db", tmp_path / "effects"
-    assert run(CHILD, ledger, effects, "refund-1", "--kill-at", "after_claim") == {
-        "kind": "killed"
-    }
+    assert run(CHILD, ledger, effects, "refund-1", "--kill-at", "after_claim") == {"kind": "killed"}
     with get_store(ledger) as store, running(store) as served:
         sign_in(page, served)
         page.get(f"{served.url}/key?key=refund-1")
