@@ -218,8 +218,13 @@ class _Lists:
     approvals: Page[Approval | CorruptRecordError]
     tools: list[str]
     now: datetime
-
+    latest: int
     size: int = PAGE_SIZE
+
+    @property
+    def version(self) -> str:
+        """What the event stream calls this state of the lists (``_Site.fingerprint``)."""
+        return _version(self.doubts.total, self.approvals.total, self.latest)
 
     @property
     def waiting(self) -> int:
@@ -228,6 +233,10 @@ class _Lists:
 
     def age(self, moment: datetime) -> str:
         return age(self.now - moment)
+
+
+def _version(doubts: int, approvals: int, latest: int) -> str:
+    return f"{doubts}.{approvals}.{latest}"
 
 
 def _offset(text: str | None) -> int:
@@ -350,6 +359,7 @@ class _Site:
             ),
             tools=self.store._known_tools(),  # noqa: SLF001 - the inbox is an operator's seat
             now=utc_now(),
+            latest=self.store.latest_event(),
         )
 
     async def events(self, request: Request) -> Response:
@@ -359,25 +369,30 @@ class _Site:
         filters = _Filters.of(request)
 
         async def changes() -> AsyncIterator[str]:
-            seen: tuple[int, int, int] | None = None
+            seen: str | None = None
             while not await request.is_disconnected():
                 if self.person(request) is None:
                     yield "event: expired\ndata: {}\n\n"
                     return
-                now = await run_in_threadpool(self.fingerprint, filters)
-                if now != seen:
-                    seen = now
-                    yield f"data: {json.dumps({'waiting': now[0] + now[1]})}\n\n"
+                waiting, version = await run_in_threadpool(self.fingerprint, filters)
+                if version != seen:
+                    seen = version
+                    yield f"data: {json.dumps({'waiting': waiting, 'version': version})}\n\n"
                 await asyncio.sleep(self.inbox.refresh)  # a poll of the ledger, not a wait
 
         return StreamingResponse(changes(), media_type="text/event-stream")
 
-    def fingerprint(self, filters: _Filters) -> tuple[int, int, int]:
-        """What changes when what the inbox shows does: the counts and the latest event."""
+    def fingerprint(self, filters: _Filters) -> tuple[int, str]:
+        """How many wait under ``filters``, and a version that changes when the lists do.
+
+        The version is made of the counts and the history's latest event (every change of
+        a key or a request adds one); a key whose owner died adds none, but changes a count.
+        """
         before = filters.before()
         doubts = self.store.doubt_page(tool=filters.tool, before=before, offset=0, limit=0)
         approvals = self.store.approval_page(tool=filters.tool, before=before, offset=0, limit=0)
-        return doubts.total, approvals.total, self.store.latest_event()
+        latest = self.store.latest_event()
+        return doubts.total + approvals.total, _version(doubts.total, approvals.total, latest)
 
     # One key, and the decisions on it.
 

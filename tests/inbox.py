@@ -119,6 +119,12 @@ class Answer:
         assert found is not None, self.body
         return found[1]
 
+    def hidden_data(self, name: str) -> str:
+        """The value of the page's first ``data-NAME`` attribute."""
+        found = re.search(rf'data-{name}="([^"]*)"', self.body)
+        assert found is not None, (name, self.body)
+        return found[1]
+
     def hidden(self, name: str) -> str:
         """The value of the page's first hidden field ``name``."""
         found = re.search(rf'name="{name}" value="([^"]*)"', self.body)

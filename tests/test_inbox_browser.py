@@ -16,18 +16,16 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-
-from safeact import ApprovalState, State, get_store
-from tests.inbox import TOKEN, Served, running
-from tests.processes import CHILD, TIMEOUT
-
-pytest.importorskip("selenium", reason="the browser tests need the dev extra's selenium")
-
 from selenium import webdriver
+from selenium.common.exceptions import StaleElementReferenceException
 from selenium.webdriver.chrome.options import Options
 from selenium.webdriver.chrome.service import Service
 from selenium.webdriver.common.by import By
 from selenium.webdriver.support.ui import WebDriverWait
+
+from safeact import ApprovalState, State, get_store
+from tests.inbox import TOKEN, Served, running
+from tests.processes import CHILD, TIMEOUT
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 ARTIFACTS = Path(os.environ.get("SAFEACT_ARTIFACTS", Path(__file__).parent.parent / "artifacts"))
@@ -70,7 +68,21 @@ def page(browser: webdriver.Chrome) -> Iterator[webdriver.Chrome]:
 
 def until(browser: webdriver.Chrome, condition: object, what: str) -> None:
     """Wait (60 s at most, polling the page) until ``condition(browser)`` holds."""
-    WebDriverWait(browser, 60, poll_frequency=0.05).until(condition, what)  # type: ignore[arg-type]
+    WebDriverWait(
+        browser, 60, poll_frequency=0.05, ignored_exceptions=[StaleElementReferenceException]
+    ).until(condition, what)  # type: ignore[arg-type]
+
+
+def click(browser: webdriver.Chrome, by: str, value: str) -> None:
+    """Click the element, found again if the live refresh redrew it in between."""
+
+    def clicked(b: webdriver.Chrome) -> bool:
+        b.find_element(by, value).click()
+        return True
+
+    WebDriverWait(browser, 60, 0.05, ignored_exceptions=[StaleElementReferenceException]).until(
+        clicked, f"a click on {value}"
+    )
 
 
 def text_of(browser: webdriver.Chrome, css: str) -> str:
@@ -135,7 +147,7 @@ def test_a_crashed_key_appears_a_person_resolves_it_and_the_next_call_replays(
         until(page, lambda b: b.title.startswith("(1) "), "the count waiting in the title")
         assert "crashed" in text_of(page, "#doubts tbody")
         screenshot(page, "inbox")
-        page.find_element(By.LINK_TEXT, "refund-1").click()
+        click(page, By.LINK_TEXT, "refund-1")
         until(page, lambda b: b.find_elements(By.ID, "happened-result"), "the key's page")
         screenshot(page, "key-in-doubt")
         page.find_element(By.ID, "happened-result").send_keys('{"to": "bob", "amount": 20}')
@@ -167,7 +179,7 @@ def test_an_approval_request_appears_is_approved_and_the_action_runs_once(
             "the request in the open page, without a reload",
         )
         until(page, lambda b: b.title.startswith("(2) "), "both requests counted in the title")
-        page.find_element(By.LINK_TEXT, "pay-1").click()
+        click(page, By.LINK_TEXT, "pay-1")
         until(page, lambda b: b.find_elements(By.ID, "approve"), "the request's page")
         screenshot(page, "approval-request")
         page.find_element(By.ID, "approve-note").send_keys("known payee")
@@ -225,7 +237,7 @@ def test_a_key_and_a_note_holding_script_are_shown_as_text(
         sign_in(page, served, "<b>mallory</b>")
         until(page, lambda b: b.find_elements(By.LINK_TEXT, SCRIPTED_KEY), "the key, as text")
         assert text_of(page, "#who") == "<b>mallory</b>"
-        page.find_element(By.LINK_TEXT, SCRIPTED_KEY).click()
+        click(page, By.LINK_TEXT, SCRIPTED_KEY)
         until(page, lambda b: b.find_elements(By.ID, "not-happened-note"), "the key's page")
         assert text_of(page, "#key") == SCRIPTED_KEY
         page.find_element(By.ID, "not-happened-note").send_keys(SCRIPTED_NOTE)

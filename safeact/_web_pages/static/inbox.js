@@ -1,11 +1,17 @@
 // The inbox's live refresh: the server says when what waits changed (server-sent events),
 // and the page fetches its lists again, drawn and escaped by the server, as on a reload.
+// Lists that are already the version the server names are left alone: a link a person is
+// about to click is not swapped for an equal one.
 "use strict";
 const lists = document.getElementById("lists");
 if (lists !== null) {
   const title = document.querySelector("title").dataset.title;
   const source = new EventSource(lists.dataset.events);
-  source.onmessage = async () => {
+  source.onmessage = async (message) => {
+    const { version } = JSON.parse(message.data);
+    if (document.getElementById("waiting").dataset.version === version) {
+      return;
+    }
     const response = await fetch(lists.dataset.fragment, { credentials: "same-origin" });
     if (response.redirected || response.status === 401) {
       window.location.assign("/signin");
