@@ -127,6 +127,31 @@ def venv(path: Path, *requirements: str) -> Path:
     return python
 
 
+BROWSER = (Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver"))
+"""Debian's Chromium and its WebDriver, which tests/test_inbox_browser.py drives."""
+
+
+def browser() -> None:
+    """Install Debian's Chromium and its driver for the browser tests, where this can.
+
+    Where it cannot (no apt-get, or not root), the browser tests skip, saying so, except
+    under CI, where they fail.
+    """
+    if all(path.exists() for path in BROWSER):
+        return
+    if shutil.which("apt-get") is None or os.geteuid() != 0:
+        print(
+            "tasks.py: no /usr/bin/chromium and /usr/bin/chromedriver here, and no way to "
+            "install them (apt-get as root): the browser tests will skip",
+            flush=True,
+        )
+        return
+    install = ("apt-get", "install", "-y", "-q", "chromium", "chromium-driver")
+    if subprocess.run(install, check=False).returncode != 0:  # stale package lists, maybe
+        run("apt-get", "update", "-q")
+        run(*install)
+
+
 def dev_python() -> Path:
     """Return the interpreter of .venv, with safeact (editable) and the dev tools."""
     return venv(VENV, "--editable", f"{ROOT}[dev]")
@@ -206,6 +231,7 @@ process group of its own: an owner's end includes its group's later processes)."
 def test(arguments: list[str]) -> None:
     """Run tests/ and typings/, then the MCP tests on mcp 1.x; branch coverage of both."""
     python = dev_python()
+    browser()
     env = {**os.environ, "PATH": f"{python.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
     run(
         python,
@@ -256,6 +282,7 @@ def artifact(arguments: list[str]) -> None:
     and the crash tests against the tree, and the wheel holds the same code.
     """
     python = dev_python()
+    browser()
     project = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
     every_extra = ",".join(sorted(project["optional-dependencies"]))
     with tempfile.TemporaryDirectory() as scratch:

@@ -31,6 +31,7 @@ from typing import Any, NamedTuple
 
 from bench.agents import agent_figures
 from bench.cpu import cpu_rows
+from bench.inbox import inbox_figures
 from bench.loop_lag import lateness_during, p99
 from bench.peers import peer_rows
 from bench.postgres import postgres_figures
@@ -357,6 +358,7 @@ def main() -> None:
         rows |= growth_rows(folder, calls, sizes)
         measured, notes = peer_rows(folder, calls)
         rows |= measured
+        inbox = inbox_figures(folder)
     postgres = postgres_figures(calls)
     rows |= postgres.rows
     with tempfile.TemporaryDirectory() as bytecode:
@@ -366,10 +368,14 @@ def main() -> None:
         }
     agent_ratio, agent_added = agent_figures(scale)
     figures = ratios(rows, sizes) | peer_ratios(rows) | postgres.ratios | agent_ratio
-    milliseconds = {
-        IMPORT_FIGURE: (imports["import safeact"] - imports["import attrs, cattrs"]) * 1000,
-        LAG_FIGURE: lag.p99,
-    } | agent_added
+    milliseconds = (
+        {
+            IMPORT_FIGURE: (imports["import safeact"] - imports["import attrs, cattrs"]) * 1000,
+            LAG_FIGURE: lag.p99,
+        }
+        | agent_added
+        | inbox
+    )
     microseconds = {name: seconds * 1e6 for name, seconds in cpu.items()}
     judged = judge(figures | milliseconds | microseconds)
     print(f"{'row':66}{'per call':>10}")
@@ -377,7 +383,7 @@ def main() -> None:
         print(f"{name:66}{seconds * 1e6:7.1f} µs")
     for name, seconds in cpu.items():
         print(f"{name:66}{seconds * 1e6:7.1f} µs CPU")
-    for name, added in agent_added.items():
+    for name, added in (agent_added | inbox).items():
         print(f"{name:66}{added:7.1f} ms")
     print()
     print_figures(figures, judged, lag, sizes)
@@ -401,6 +407,7 @@ def main() -> None:
                 "seconds_per_call": rows,
                 "cpu_seconds_per_call": cpu,
                 "agents_p99_added_ms": agent_added,
+                "inbox_ms": inbox,
                 "ratios": figures,
                 "targets": [
                     {

@@ -887,6 +887,81 @@ MUTANTS = [
         ],
         ["tests/test_crash_harness.py"],
     ),
+    Mutant(
+        "let the inbox take a POST without the session's anti-forgery token",
+        [
+            Edit(
+                "safeact/_web_auth.py",
+                "        and hmac.compare_digest(expected.encode(), given.encode())",
+                "        or True",
+            )
+        ],
+        ["tests/test_inbox.py"],
+    ),
+    Mutant(
+        "let the inbox take a POST from another site",
+        [
+            Edit(
+                "safeact/_web_auth.py",
+                "    return origin is None or origin == own",
+                "    return True",
+            )
+        ],
+        ["tests/test_inbox.py"],
+    ),
+    Mutant(
+        "keep an inbox session past its minutes",
+        [
+            Edit(
+                "safeact/_web.py",
+                "return name if self.inbox.clock() < until else None",
+                "return name",
+            )
+        ],
+        ["tests/test_inbox.py"],
+    ),
+    Mutant(
+        "draw the inbox's pages without escaping",
+        [Edit("safeact/_web.py", "        autoescape=True,", "        autoescape=False,")],
+        ["tests/test_inbox.py", "tests/test_inbox_browser.py"],
+    ),
+    Mutant(
+        "resolve in the inbox whatever attempt the page showed",
+        [Edit("safeact/_web.py", 'attempt_id=form.get("attempt") or None,', "attempt_id=None,")],
+        ["tests/test_inbox.py"],
+    ),
+    Mutant(
+        "decide an approval in the inbox whatever state the page showed",
+        [
+            Edit(
+                "safeact/_web.py",
+                "                    seen=seen,\n",
+                "                    seen=None,\n",
+            )
+        ],
+        ["tests/test_inbox.py"],
+    ),
+    Mutant(
+        "take a result in the inbox without checking it against the return type",
+        [
+            Edit(
+                "safeact/_web.py",
+                "await run_in_threadpool(result_fit, self.store, record, result)",
+                "(None, None)",
+            )
+        ],
+        ["tests/test_inbox.py"],
+    ),
+    Mutant(
+        "leave abandoned attempts out of the inbox's count",
+        [Edit("safeact/_inbox.py", "int(count) + len(abandoned)", "int(count)")],
+        ["tests/test_inbox.py"],
+    ),
+    Mutant(
+        "count no person's decision in the metrics",
+        [Edit("safeact/_telemetry.py", "    otel.decisions.add(1, counted)", "    del counted")],
+        ["tests/test_telemetry.py"],
+    ),
 ]
 
 

@@ -48,10 +48,13 @@ from safeact import (
     get_store,
     safe,
 )
+from safeact._cli import main as cli
 from safeact._tool import _Guard
 from safeact.otel import observe_in_doubt
 from tests.actions import Receipt, bury_owners, expire_leases
+from tests.inbox import running
 from tests.test_corrupt_rows import spoil
+from tests.test_inbox import crashed, signed_in
 
 
 @pytest.fixture(scope="module")
@@ -1193,3 +1196,30 @@ def test_the_attribute_names_are_under_the_safeact_namespace(
             names.update(name for name, _ in attrs)
     assert names
     assert all(name.startswith("safeact.") for name in names), names
+
+
+def test_decisions_in_the_inbox_and_on_the_command_line_are_counted_alike(
+    ledger: Path, reader: InMemoryMetricReader
+) -> None:
+    """``safeact.decisions`` counts each person's decision, recorded or refused, wherever made."""
+    with get_store(ledger) as store:
+        crashed(store, "cli-1")
+        crashed(store, "web-1")
+        before = points(reader, "safeact.decisions")
+        assert cli(["resolve", str(ledger), "cli-1", "--not-happened"]) == 0
+        with running(store) as served:
+            client = signed_in(served)
+            page = client.get("/key?key=web-1")
+            form = {
+                "csrf": page.csrf(),
+                "key": "web-1",
+                "attempt": page.hidden("attempt"),
+                "decision": "not_happened",
+            }
+            assert client.post("/resolve", form).status == 303
+            assert client.post("/resolve", form).status == 409  # released already: refused
+    after = points(reader, "safeact.decisions")
+    recorded = of(tool="tests.charge", decision="not_happened", outcome="recorded")
+    refused = of(decision="not_happened", outcome="refused")
+    assert after[recorded] == before.get(recorded, 0) + 2  # type: ignore[operator]
+    assert after[refused] == before.get(refused, 0) + 1  # type: ignore[operator]
