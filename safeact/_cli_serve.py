@@ -162,13 +162,14 @@ def cmd_serve(options: argparse.Namespace, store: Store) -> int:
     if not options.session_minutes > 0:
         raise ServeError("--session-minutes must be more than 0")
     try:
-        from safeact import _web  # noqa: PLC0415 - the extra serve, only when serving
+        from safeact._web import Inbox, listening, server  # noqa: PLC0415 - the extra serve
     except ImportError as exc:
         raise ServeError(
-            f"the inbox needs the extra serve ({exc.name} is missing): pip install 'safeact[serve]'"
+            f"the inbox needs the extra serve ({(exc.name or 'a module').partition('.')[0]} is "
+            "missing): pip install 'safeact[serve]'"
         ) from None
     try:
-        sock = _web.listening(options.host, options.port)
+        sock = listening(options.host, options.port)
     except OSError as exc:
         raise ServeError(
             f"cannot listen on {options.host} port {options.port}: {exc.strerror or exc}"
@@ -177,7 +178,7 @@ def cmd_serve(options: argparse.Namespace, store: Store) -> int:
     names = {options.host, *options.allowed_host}
     if loopback(options.host):
         names |= {"localhost", "127.0.0.1", "::1", "[::1]"}
-    inbox = _web.Inbox(
+    inbox = Inbox(
         store=store,
         credentials=who,
         port=port,
@@ -190,5 +191,5 @@ def cmd_serve(options: argparse.Namespace, store: Store) -> int:
         f"safeact inbox for {store.location} on http://{shown}:{port}/ (Ctrl-C stops)\n"
     )
     sys.stdout.flush()
-    _web.server(inbox).run(sockets=[sock])
+    server(inbox).run(sockets=[sock])
     return 0

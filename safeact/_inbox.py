@@ -43,7 +43,7 @@ class Page(Generic[_T]):
 class Inbox(Ledger):
     """Pages of what waits on a person, each filtered by tool and by age."""
 
-    def doubt_page(
+    def _doubt_page(
         self, *, tool: str | None, before: datetime | None, offset: int, limit: int
     ) -> Page[Record | CorruptRecordError]:
         """Keys in doubt (as ``list_in_doubt`` reads them), oldest attempt first.
@@ -78,7 +78,7 @@ class Inbox(Ledger):
         items = each(shown[offset : offset + limit], functools.partial(self._read_row, now))
         return Page(tuple(items), int(count) + len(abandoned), offset)
 
-    def approval_page(
+    def _approval_page(
         self, *, tool: str | None, before: datetime | None, offset: int, limit: int
     ) -> Page[Approval | CorruptRecordError]:
         """Pending approval requests, oldest first, filtered and paged as ``doubt_page``."""
@@ -93,7 +93,7 @@ class Inbox(Ledger):
         items = each(rows, functools.partial(read_approval, self.location))
         return Page(tuple(items), int(count), offset)
 
-    def latest_event(self) -> int:
+    def _latest_event(self) -> int:
         """The number of the history's latest event (0: none): it grows with every change."""
         ((seq,),) = self._read("SELECT coalesce(max(seq), 0) FROM history", ())
         return int(seq)

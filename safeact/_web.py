@@ -351,15 +351,15 @@ class _Site:
         before = filters.before()
         return _Lists(
             filters=filters,
-            doubts=self.store.doubt_page(
+            doubts=self.store._doubt_page(
                 tool=filters.tool, before=before, offset=filters.doubt_offset, limit=PAGE_SIZE
             ),
-            approvals=self.store.approval_page(
+            approvals=self.store._approval_page(
                 tool=filters.tool, before=before, offset=filters.approval_offset, limit=PAGE_SIZE
             ),
-            tools=self.store._known_tools(),  # noqa: SLF001 - the inbox is an operator's seat
+            tools=self.store._known_tools(),
             now=utc_now(),
-            latest=self.store.latest_event(),
+            latest=self.store._latest_event(),
         )
 
     async def events(self, request: Request) -> Response:
@@ -389,9 +389,9 @@ class _Site:
         a key or a request adds one); a key whose owner died adds none, but changes a count.
         """
         before = filters.before()
-        doubts = self.store.doubt_page(tool=filters.tool, before=before, offset=0, limit=0)
-        approvals = self.store.approval_page(tool=filters.tool, before=before, offset=0, limit=0)
-        latest = self.store.latest_event()
+        doubts = self.store._doubt_page(tool=filters.tool, before=before, offset=0, limit=0)
+        approvals = self.store._approval_page(tool=filters.tool, before=before, offset=0, limit=0)
+        latest = self.store._latest_event()
         return doubts.total + approvals.total, _version(doubts.total, approvals.total, latest)
 
     # One key, and the decisions on it.
@@ -452,7 +452,7 @@ class _Site:
                 else (None, None)
             )
             await run_in_threadpool(
-                lambda: self.store._decide(  # noqa: SLF001 - the inbox is an operator's seat
+                lambda: self.store._decide(
                     key,
                     happened=happened,
                     result=result,
@@ -482,7 +482,7 @@ class _Site:
         try:
             seen = ApprovalState(form.get("seen", ""))
             await run_in_threadpool(
-                lambda: self.store._decide_approval(  # noqa: SLF001 - an operator's seat
+                lambda: self.store._decide_approval(
                     key,
                     approve=approve,
                     by=who,

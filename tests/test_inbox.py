@@ -110,7 +110,7 @@ def test_a_page_is_a_slice_of_what_waits_in_the_order_of_list_in_doubt(store: St
         keys: list[str] = []
         offset = 0
         while True:
-            page = store.doubt_page(offset=offset, limit=size, **filters)  # type: ignore[arg-type]
+            page = store._doubt_page(offset=offset, limit=size, **filters)  # type: ignore[arg-type]
             keys += [r.key for r in page.items]  # type: ignore[union-attr]
             offset += size
             if offset >= page.total:
@@ -491,3 +491,34 @@ def test_serve_from_the_command_line_serves_the_ledger(ledger: Path, tmp_path: P
             assert 'href="/key?key=refund-1"' in client.get("/").body
         finally:
             server.terminate()
+
+
+def test_the_command_line_loads_the_web_stack_only_to_serve(ledger: Path, tmp_path: Path) -> None:
+    """Other commands never import it; without the extra, serve says how to install it."""
+    with get_store(ledger) as store:
+        crashed(store, "k")
+    token = tmp_path / "token"
+    token.write_text(TOKEN)
+    code = (
+        "import sys; from safeact._cli import main; main(['doubt', sys.argv[1]]); "
+        "print(sorted({'starlette', 'uvicorn', 'jinja2', 'safeact._web'} & set(sys.modules)))"
+    )
+    listed = subprocess.run(
+        [sys.executable, "-c", code, str(ledger)], capture_output=True, text=True, check=True
+    )
+    assert listed.stdout.splitlines()[-1] == "[]"
+    without = (
+        "import sys; sys.modules['starlette'] = None; from safeact._cli import main; "
+        "sys.exit(main(sys.argv[1:]))"
+    )
+    refused = subprocess.run(
+        [sys.executable, "-c", without, "serve", str(ledger), "--token-file", str(token)],
+        capture_output=True,
+        text=True,
+        check=False,
+    )
+    assert refused.returncode == 2
+    assert refused.stderr == (
+        "safeact: error: the inbox needs the extra serve (starlette is missing): "
+        "pip install 'safeact[serve]'\n"
+    )

@@ -118,12 +118,17 @@ NOT_FOR_A_CALL = {
     "pydantic_ai",
     "agents",
     "opentelemetry",
+    "safeact._web",
+    "starlette",
+    "uvicorn",
+    "jinja2",
     "socket",
     "tempfile",
     "secrets",
     "zoneinfo",
 }
 """What ``import safeact`` must not load: the ledger, backends, sagas, probes, CLI, frameworks,
+the web inbox's stack,
 and the standard modules only an owner's identity or a zone read back needs."""
 
 
