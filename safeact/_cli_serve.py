@@ -42,7 +42,7 @@ def add_commands(commands: argparse._SubParsersAction[_P]) -> None:
         epilog="examples:\n"
         "  python3 -c 'import secrets; print(secrets.token_urlsafe(32))' > inbox.token\n"
         "  safeact serve agent.db --token-file inbox.token\n"
-        "  safeact hash-password >> inbox.passwords   # as NAME:HASH, see hash-password\n"
+        "  safeact hash-password alice >> inbox.passwords   # NAME:HASH lines\n"
         "  safeact serve agent.db --passwords inbox.passwords --port 9000\n"
         "  safeact serve agent.db --no-auth           # loopback only: names, no secret",
         formatter_class=argparse.RawDescriptionHelpFormatter,

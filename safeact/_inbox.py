@@ -93,6 +93,18 @@ class Inbox(Ledger):
         items = each(rows, functools.partial(read_approval, self.location))
         return Page(tuple(items), int(count), offset)
 
+    def _waiting_tools(self) -> list[str]:
+        """The tools a person may filter the inbox by: each that claimed, or asks for approval.
+
+        A name that is not text (written outside safeact) names no tool.
+        """
+        rows = self._read(
+            "SELECT name FROM tools UNION SELECT tool FROM approvals "  # noqa: S608 - constants
+            f"WHERE state = '{ApprovalState.PENDING.value}'",
+            (),
+        )
+        return sorted(name for (name,) in rows if isinstance(name, str))
+
     def _latest_event(self) -> int:
         """The number of the history's latest event (0: none): it grows with every change."""
         ((seq,),) = self._read("SELECT coalesce(max(seq), 0) FROM history", ())

@@ -357,7 +357,7 @@ class _Site:
             approvals=self.store._approval_page(
                 tool=filters.tool, before=before, offset=filters.approval_offset, limit=PAGE_SIZE
             ),
-            tools=self.store._known_tools(),
+            tools=sorted({*self.store._waiting_tools(), *filter(None, [filters.tool])}),
             now=utc_now(),
             latest=self.store._latest_event(),
         )

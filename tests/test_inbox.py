@@ -93,6 +93,30 @@ def test_the_inbox_lists_what_waits_and_counts_it_in_its_title(store: Store) -> 
     assert "crashed" in page.body  # why refund-1 is in doubt
     assert "a-refund-1" in page.body  # its receipt: the attempt to look for
     assert "&#34;to&#34;: &#34;eve&#34;" in page.body  # the arguments the tool keeps
+    assert '<option value="tests.charge">' in page.body  # a tool to filter by
+
+
+def test_the_filters_keep_one_tools_keys_and_those_waiting_longer(store: Store) -> None:
+    """``tool`` keeps that tool's keys and requests; ``older`` only those older than it."""
+    crashed(store, "refund-1")
+
+    @safe(store, name="tests.ask", approval=True)
+    def ask(key: str) -> int:
+        return 1
+
+    assert isinstance(ask("ask-1"), AwaitingApproval)
+    with running(store) as served:
+        client = signed_in(served)
+        every = client.get("/")
+        only = client.get("/?tool=tests.ask")
+        old = client.get("/?older=1h")
+    assert '<option value="tests.ask">' in every.body  # it asks, never claimed: listed too
+    assert '<option value="tests.ask" selected>' in only.body
+    assert 'href="/key?key=ask-1"' in only.body
+    assert 'href="/key?key=refund-1"' not in only.body
+    assert "(1) safeact inbox" in only.body
+    assert "Nothing in doubt." in old.body
+    assert "Nothing waits for approval." in old.body
 
 
 def test_a_page_is_a_slice_of_what_waits_in_the_order_of_list_in_doubt(store: Store) -> None:
