@@ -39,9 +39,9 @@ def add_commands(commands: argparse._SubParsersAction[_P]) -> None:
         help="Serve the inbox: a web page where people settle doubts and approvals.",
         description="Serve the inbox: a web page where people see the keys in doubt and the "
         "approval requests, live, and decide them (needs safeact[serve]).",
-        epilog="examples:\n"
-        "  python3 -c 'import secrets; print(secrets.token_urlsafe(32))' > inbox.token\n"
+        epilog="example:\n"
         "  safeact serve agent.db --token-file inbox.token\n"
+        "  python3 -c 'import secrets; print(secrets.token_urlsafe(32))' > inbox.token\n"
         "  safeact hash-password alice >> inbox.passwords   # NAME:HASH lines\n"
         "  safeact serve agent.db --passwords inbox.passwords --port 9000\n"
         "  safeact serve agent.db --no-auth           # loopback only: names, no secret",
@@ -70,7 +70,7 @@ def add_commands(commands: argparse._SubParsersAction[_P]) -> None:
         "--host", default="127.0.0.1", help="the address to listen on (default 127.0.0.1)"
     )
     serve.add_argument(
-        "--port", type=int, default=_PORT, help=f"the port (default {_PORT}; 0: any free one)"
+        "--port", type=_port, default=_PORT, help=f"the port (default {_PORT}; 0: any free one)"
     )
     serve.add_argument(
         "--allowed-host",
@@ -99,6 +99,13 @@ def add_commands(commands: argparse._SubParsersAction[_P]) -> None:
         epilog="example:\n  safeact hash-password alice >> inbox.passwords",
         formatter_class=argparse.RawDescriptionHelpFormatter,
     ).add_argument("name", metavar="NAME", help="who signs in with this password")
+
+
+def _port(text: str) -> int:
+    """A TCP port number, 0 to 65535."""
+    if not text.isdigit() or int(text) > 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port: give 0 to 65535")
+    return int(text)
 
 
 def cmd_hash_password(options: argparse.Namespace) -> int:

@@ -71,6 +71,7 @@ def running(
     *,
     session_minutes: float = 30.0,
     refresh: float = 0.05,
+    secure_cookies: bool = False,
 ) -> Iterator[Served]:
     """Serve ``store``'s inbox on 127.0.0.1 (the token ``TOKEN`` unless told) until the end."""
     sock = listening("127.0.0.1", 0)
@@ -83,6 +84,7 @@ def running(
         hosts=("127.0.0.1", "localhost"),
         session_minutes=session_minutes,
         refresh=refresh,
+        secure_cookies=secure_cookies,
         clock=clock,
     )
     config = uvicorn.Config(
