@@ -427,6 +427,8 @@ class _Site:
             record: Record | CorruptRecordError | None = self.store.get(key)
         except CorruptRecordError as exc:
             record = exc
+        except (ValueError, TypeError):  # no key can be this (empty, say): none is known
+            return None
         try:
             approval: Approval | CorruptRecordError | None = self.store.approval(key)
         except CorruptRecordError as exc:
@@ -441,7 +443,10 @@ class _Site:
         if refused is not None:
             return refused
         key = form.get("key", "")
-        happened = form.get("decision") == "happened"
+        decision = form.get("decision")
+        if decision not in ("happened", "not_happened"):  # never a release by default
+            return _refused(400, "say whether it happened (decision=happened or not_happened)")
+        happened = decision == "happened"
         note = _note(who, form.get("note", ""))
         try:
             result = parse_result(form.get("result", "")) if happened else NO_RESULT

@@ -42,6 +42,10 @@ def hash_password(password: str, *, salt: bytes | None = None) -> str:
     return "$".join((_SCRYPT, str(_COST), str(_BLOCK), str(_PARALLEL), _b64(salt), _b64(digest)))
 
 
+_UNKNOWN = "scrypt$17$8$1$AAAAAAAAAAAAAAAAAAAAAA$AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA"
+"""A hash no password matches, checked for a name the file does not hold."""
+
+
 def _scrypt(password: str, salt: bytes, cost: int, block: int, parallel: int) -> bytes:
     return hashlib.scrypt(
         password.encode(), salt=salt, n=2**cost, r=block, p=parallel, maxmem=_MAXMEM, dklen=32
@@ -134,7 +138,10 @@ class Credentials:
                 return hmac.compare_digest(secret.encode(), self.token.encode())
             case "passwords":
                 hashed = self.hashes.get(name)
-                return hashed is not None and _matches(secret, hashed)
+                # An unknown name costs a hash too: the answer's time tells no one who exists.
+                return _matches(secret, _UNKNOWN if hashed is None else hashed) and (
+                    hashed is not None
+                )
             case "nothing":
                 return True
 

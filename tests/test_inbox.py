@@ -273,6 +273,19 @@ def test_happened_is_checked_against_the_return_type_and_recorded_with_who(store
     assert event.by == "operator"
 
 
+def test_a_resolve_that_says_neither_happened_nor_not_is_refused(store: Store) -> None:
+    """A form without its decision never releases the key: nothing changes."""
+    crashed(store, "refund-1")
+    with running(store) as served:
+        client = signed_in(served)
+        page = client.get("/key?key=refund-1")
+        form = {"csrf": page.csrf(), "key": "refund-1", "attempt": page.hidden("attempt")}
+        assert client.post("/resolve", form).status == 400
+        assert client.post("/resolve", {**form, "decision": "released"}).status == 400
+        assert client.get("/key?key=").status == 404  # no key is empty: none is known
+    assert state_of(store, "refund-1") is State.IN_DOUBT
+
+
 def test_not_happened_needs_proof_or_force(store: Store) -> None:
     """A lease that ran out is only suspicion: refused without force, released with it."""
     ran: list[str] = []
