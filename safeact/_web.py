@@ -447,6 +447,15 @@ class _Site:
         if decision not in ("happened", "not_happened"):  # never a release by default
             return _refused(400, "say whether it happened (decision=happened or not_happened)")
         happened = decision == "happened"
+        force = not happened and form.get("force") == "yes"
+        if force and not form.get("note", "").strip():
+            return await self.draw_key(
+                request,
+                who,
+                key,
+                error="forcing a release asserts its owner can no longer act: say why in your note",
+                status=400,
+            )
         note = _note(who, form.get("note", ""))
         try:
             result = parse_result(form.get("result", "")) if happened else NO_RESULT
@@ -465,7 +474,7 @@ class _Site:
                     tool=tool,
                     attempt_id=form.get("attempt") or None,
                     note=note,
-                    force=happened is False and form.get("force") == "yes",
+                    force=force,
                 )
             )
         except (SafeError, ValueError, TypeError) as exc:

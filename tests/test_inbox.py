@@ -311,6 +311,10 @@ def test_not_happened_needs_proof_or_force(store: Store) -> None:
         refused = client.post("/resolve", form)
         assert refused.status == 409
         assert "not proven" in refused.body
+        reasonless = client.post("/resolve", {**form, "force": "yes", "note": " "})
+        assert reasonless.status == 400
+        assert "say why in your note" in reasonless.body
+        assert state_of(store, "refund-1") is State.IN_DOUBT
         assert client.post("/resolve", {**form, "force": "yes"}).status == 303
     assert state_of(store, "refund-1") is State.RELEASED
     assert tool("refund-1", "bob", 20) == Succeeded("refund-1", Receipt("bob", 20))
