@@ -163,6 +163,19 @@ def loopback(host: str) -> bool:
         return False
 
 
+def host_names(host: str, allowed: list[str]) -> tuple[str, ...]:
+    """The names of the Host header the inbox answers: its address, ``allowed``, loopback's.
+
+    A browser names an IPv6 address in brackets (``[::1]``), which is how the header
+    arrives.
+    """
+    names = {host, *allowed}
+    if loopback(host):
+        names |= {"localhost", "127.0.0.1", "::1"}
+    names |= {f"[{name}]" for name in names if ":" in name}
+    return tuple(sorted(names))
+
+
 def cmd_serve(options: argparse.Namespace, store: Store) -> int:
     """Serve ``store``'s inbox until interrupted."""
     who = credentials(options)
@@ -182,14 +195,12 @@ def cmd_serve(options: argparse.Namespace, store: Store) -> int:
             f"cannot listen on {options.host} port {options.port}: {exc.strerror or exc}"
         ) from None
     port = sock.getsockname()[1]
-    names = {options.host, *options.allowed_host}
-    if loopback(options.host):
-        names |= {"localhost", "127.0.0.1", "::1", "[::1]"}
+    names = host_names(options.host, options.allowed_host)
     inbox = Inbox(
         store=store,
         credentials=who,
         port=port,
-        hosts=tuple(sorted(names)),
+        hosts=names,
         session_minutes=options.session_minutes,
         secure_cookies=options.secure_cookies,
     )

@@ -35,6 +35,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
+import anyio
+import anyio.to_thread
 import attrs
 import jinja2
 import uvicorn
@@ -75,6 +77,9 @@ _PAGES = Path(__file__).with_name("_web_pages")
 
 PAGE_SIZE = 50
 """Rows of each list on one page of the inbox."""
+
+SIGN_INS = 2
+"""Sign-ins checked at once; the others wait their turn."""
 
 AGES = {"": None, "5m": 300, "1h": 3600, "1d": 86400, "7d": 7 * 86400}
 """The inbox's age filter: only what has waited longer than this (seconds; "" for all)."""
@@ -120,7 +125,7 @@ def inbox_app(inbox: Inbox) -> Starlette:
     )
     pages.globals["short"] = SHORT_HASH
     site = _Site(inbox, pages)
-    return Starlette(
+    app = Starlette(
         routes=[
             Route("/", site.home),
             Route("/signin", site.sign_in_page, methods=["GET"]),
@@ -149,6 +154,8 @@ def inbox_app(inbox: Inbox) -> Starlette:
             ),
         ],
     )
+    app.state.checking = site.checking  # how many sign-ins are checked, and wait, now
+    return app
 
 
 class _SecurityHeaders:
@@ -239,8 +246,15 @@ def _version(doubts: int, approvals: int, latest: int) -> str:
     return f"{doubts}.{approvals}.{latest}"
 
 
+def _last(total: int) -> int:
+    """The offset of the last page of ``total`` rows (0: there are none)."""
+    return max(0, (total - 1) // PAGE_SIZE * PAGE_SIZE)
+
+
 def _offset(text: str | None) -> int:
-    return int(text) if text is not None and text.isdigit() and len(text) < 10 else 0
+    if text is None or not (text.isascii() and text.isdigit()) or len(text) >= 10:
+        return 0
+    return int(text)
 
 
 class _Site:
@@ -250,6 +264,11 @@ class _Site:
         self.inbox = inbox
         self.store = inbox.store
         self.pages = pages
+        self.ended: dict[str, float] = {}
+        """Sessions signed out, each until it would have ended: a copy of its cookie is
+        refused too (the cookie is all a session is)."""
+        self.checking = anyio.CapacityLimiter(SIGN_INS)
+        """Sign-ins checked at once: a password's hash takes 128 MiB."""
 
     # Who is signed in.
 
@@ -257,6 +276,8 @@ class _Site:
         """The name of whoever is signed in on ``request``'s session, if their session lasts."""
         name, until = request.session.get("name"), request.session.get("until")
         if not isinstance(name, str) or not isinstance(until, (int, float)):
+            return None
+        if request.session.get("sid") in self.ended:
             return None
         return name if self.inbox.clock() < until else None
 
@@ -271,7 +292,9 @@ class _Site:
     async def forged(self, request: Request) -> tuple[Response | None, dict[str, str]]:
         """The form of a POST, or the refusal of one not made by the inbox's own page."""
         form = {k: v for k, v in (await request.form()).items() if isinstance(v, str)}
-        own = f"{request.url.scheme}://{request.headers.get('host', '')}"
+        # Behind a TLS proxy (--secure-cookies) the browser's origin is https, this socket's not.
+        scheme = "https" if self.inbox.secure_cookies else request.url.scheme
+        own = f"{scheme}://{request.headers.get('host', '')}"
         if not same_origin(
             request.headers.get("origin"), request.headers.get("sec-fetch-site"), own
         ) or not same_token(request.session.get("csrf"), form.get("csrf")):
@@ -298,8 +321,8 @@ class _Site:
         if refused is not None:
             return refused
         name, secret = form.get("name", "").strip(), form.get("secret", "")
-        admitted = bool(name) and await run_in_threadpool(
-            self.inbox.credentials.admits, name, secret
+        admitted = bool(name) and await anyio.to_thread.run_sync(
+            self.inbox.credentials.admits, name, secret, limiter=self.checking
         )
         if not admitted:
             return self.draw(
@@ -317,6 +340,7 @@ class _Site:
             name=name,
             until=self.inbox.clock() + self.inbox.session_minutes * 60,
             csrf=secrets.token_urlsafe(32),
+            sid=secrets.token_urlsafe(16),
         )
         return RedirectResponse("/", status_code=303)
 
@@ -324,6 +348,12 @@ class _Site:
         refused, _ = await self.forged(request)
         if refused is not None:
             return refused
+        now = self.inbox.clock()
+        for over in [sid for sid, until in self.ended.items() if until <= now]:
+            del self.ended[over]  # past its end anyway: the set stays as small as the sessions
+        sid, until = request.session.get("sid"), request.session.get("until")
+        if isinstance(sid, str) and isinstance(until, (int, float)):
+            self.ended[sid] = until
         request.session.clear()
         return RedirectResponse("/signin", status_code=303)
 
@@ -349,14 +379,24 @@ class _Site:
     def lists(self, filters: _Filters) -> _Lists:
         """The lists of the inbox under ``filters``: a page of each."""
         before = filters.before()
+        doubts = self.store._doubt_page(
+            tool=filters.tool, before=before, offset=filters.doubt_offset, limit=PAGE_SIZE
+        )
+        if doubts.offset and not doubts.items:  # fewer wait now: the last page instead
+            doubts = self.store._doubt_page(
+                tool=filters.tool, before=before, offset=_last(doubts.total), limit=PAGE_SIZE
+            )
+        approvals = self.store._approval_page(
+            tool=filters.tool, before=before, offset=filters.approval_offset, limit=PAGE_SIZE
+        )
+        if approvals.offset and not approvals.items:
+            approvals = self.store._approval_page(
+                tool=filters.tool, before=before, offset=_last(approvals.total), limit=PAGE_SIZE
+            )
         return _Lists(
             filters=filters,
-            doubts=self.store._doubt_page(
-                tool=filters.tool, before=before, offset=filters.doubt_offset, limit=PAGE_SIZE
-            ),
-            approvals=self.store._approval_page(
-                tool=filters.tool, before=before, offset=filters.approval_offset, limit=PAGE_SIZE
-            ),
+            doubts=doubts,
+            approvals=approvals,
             tools=sorted({*self.store._waiting_tools(), *filter(None, [filters.tool])}),
             now=utc_now(),
             latest=self.store._latest_event(),
@@ -403,8 +443,15 @@ class _Site:
         key = request.query_params.get("key", "")
         return await self.draw_key(request, who, key, error=None)
 
-    async def draw_key(
-        self, request: Request, who: str, key: str, *, error: str | None, status: int = 200
+    async def draw_key(  # noqa: PLR0913 - the page, and what to say on it
+        self,
+        request: Request,
+        who: str,
+        key: str,
+        *,
+        error: str | None,
+        status: int = 200,
+        notice: str | None = None,
     ) -> Response:
         seen = await run_in_threadpool(self.key_values, key)
         if seen is None:
@@ -417,6 +464,7 @@ class _Site:
             who=who,
             csrf=self.csrf(request),
             error=error,
+            notice=notice,
             view=seen,
             waiting=None,
         )
@@ -443,24 +491,15 @@ class _Site:
         if refused is not None:
             return refused
         key = form.get("key", "")
-        decision = form.get("decision")
-        if decision not in ("happened", "not_happened"):  # never a release by default
-            return _refused(400, "say whether it happened (decision=happened or not_happened)")
-        happened = decision == "happened"
-        force = not happened and form.get("force") == "yes"
-        if force and not form.get("note", "").strip():
-            return await self.draw_key(
-                request,
-                who,
-                key,
-                error="forcing a release asserts its owner can no longer act: say why in your note",
-                status=400,
-            )
+        said = _resolution(form)
+        if isinstance(said, str):  # nothing is decided by default
+            return await self.draw_key(request, who, key, error=said, status=400)
+        attempt, happened, force = said
         note = _note(who, form.get("note", ""))
         try:
             result = parse_result(form.get("result", "")) if happened else NO_RESULT
             record = await run_in_threadpool(self.store.get, key)
-            tool, _ = (
+            tool, unchecked = (
                 await run_in_threadpool(result_fit, self.store, record, result)
                 if happened
                 else (None, None)
@@ -472,13 +511,15 @@ class _Site:
                     result=result,
                     encode=encode_untyped,
                     tool=tool,
-                    attempt_id=form.get("attempt") or None,
+                    attempt_id=attempt,
                     note=note,
                     force=force,
                 )
             )
         except (SafeError, ValueError, TypeError) as exc:
             return await self.draw_key(request, who, key, error=str(exc), status=409)
+        if unchecked is not None:  # recorded; the person is told what was not checked
+            return await self.draw_key(request, who, key, error=None, notice=unchecked)
         return RedirectResponse(f"/key?key={quote(key, safe='')}", status_code=303)
 
     async def approve(self, request: Request) -> Response:
@@ -493,6 +534,9 @@ class _Site:
             return refused
         key = form.get("key", "")
         note = form.get("note", "").strip() or None
+        args_hash = form.get("args_hash", "")
+        if not args_hash:
+            return _refused(400, "say which arguments you decide (the form's args_hash)")
         try:
             seen = ApprovalState(form.get("seen", ""))
             await run_in_threadpool(
@@ -501,7 +545,7 @@ class _Site:
                     approve=approve,
                     by=who,
                     note=note,
-                    args_hash=form.get("args_hash") or None,
+                    args_hash=args_hash,
                     seen=seen,
                 )
             )
@@ -608,6 +652,24 @@ class _KeyView:
                 else corrupt_json(approval)
             ),
         }
+
+
+def _resolution(form: dict[str, str]) -> tuple[str, bool, bool] | str:
+    """What a resolve's form decides (the attempt, whether it happened, force), or why not.
+
+    Nothing is taken by default: a form that does not name its decision and the attempt
+    it is about decides nothing, and forcing a release needs the person's reason.
+    """
+    decision, attempt = form.get("decision"), form.get("attempt", "")
+    if decision not in ("happened", "not_happened"):
+        return "say whether it happened: the form's decision is happened or not_happened"
+    if not attempt:
+        return "say which attempt you decide: the form names none"
+    happened = decision == "happened"
+    force = not happened and form.get("force") == "yes"
+    if force and not form.get("note", "").strip():
+        return "forcing a release asserts its owner can no longer act: say why in your note"
+    return attempt, happened, force
 
 
 def _note(who: str, said: str) -> str:

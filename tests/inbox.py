@@ -19,6 +19,7 @@ from urllib.parse import urlencode
 
 import attrs
 import uvicorn
+from starlette.applications import Starlette
 
 from safeact._web import Inbox, inbox_app, listening
 from safeact._web_auth import Credentials
@@ -59,6 +60,7 @@ class Served:
     url: str
     port: int
     clock: Clock
+    app: Starlette
 
     def client(self) -> Client:
         return Client(self.port)
@@ -87,15 +89,14 @@ def running(
         secure_cookies=secure_cookies,
         clock=clock,
     )
-    config = uvicorn.Config(
-        inbox_app(inbox), log_level="warning", lifespan="off", timeout_graceful_shutdown=1
-    )
+    app = inbox_app(inbox)
+    config = uvicorn.Config(app, log_level="warning", lifespan="off", timeout_graceful_shutdown=1)
     server = _Server(config)
     thread = threading.Thread(target=server.run, kwargs={"sockets": [sock]}, daemon=True)
     thread.start()
     assert server.listening.wait(timeout=60), "the inbox did not start"
     try:
-        yield Served(f"http://127.0.0.1:{port}", port, clock)
+        yield Served(f"http://127.0.0.1:{port}", port, clock, app)
     finally:
         server.should_exit = True
         thread.join(timeout=60)

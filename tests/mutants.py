@@ -927,7 +927,7 @@ MUTANTS = [
     ),
     Mutant(
         "resolve in the inbox whatever attempt the page showed",
-        [Edit("safeact/_web.py", 'attempt_id=form.get("attempt") or None,', "attempt_id=None,")],
+        [Edit("safeact/_web.py", "attempt_id=attempt,", "attempt_id=None,")],
         ["tests/test_inbox.py"],
     ),
     Mutant(
@@ -955,6 +955,40 @@ MUTANTS = [
     Mutant(
         "leave abandoned attempts out of the inbox's count",
         [Edit("safeact/_inbox.py", "int(count) + len(abandoned)", "int(count)")],
+        ["tests/test_inbox.py"],
+    ),
+    Mutant(
+        "let a copy of a signed-out session's cookie back into the inbox",
+        [Edit("safeact/_web.py", 'if request.session.get("sid") in self.ended:', "if False:")],
+        ["tests/test_inbox.py"],
+    ),
+    Mutant(
+        "refuse the inbox's own forms behind a TLS proxy",
+        [
+            Edit(
+                "safeact/_web.py",
+                'scheme = "https" if self.inbox.secure_cookies else request.url.scheme',
+                "scheme = request.url.scheme",
+            )
+        ],
+        ["tests/test_inbox.py"],
+    ),
+    Mutant(
+        "resolve in the inbox a form that names no attempt",
+        [
+            Edit("safeact/_web.py", "    if not attempt:\n", "    if False:\n"),
+            Edit("safeact/_web.py", "attempt_id=attempt,", "attempt_id=attempt or None,"),
+        ],
+        ["tests/test_inbox.py"],
+    ),
+    Mutant(
+        "show an empty page past the last in the inbox",
+        [Edit("safeact/_web.py", "if doubts.offset and not doubts.items:", "if False:")],
+        ["tests/test_inbox.py"],
+    ),
+    Mutant(
+        "keep quiet in the inbox about a result that was not checked",
+        [Edit("safeact/_web.py", "        if unchecked is not None:", "        if False:")],
         ["tests/test_inbox.py"],
     ),
     Mutant(

@@ -10,6 +10,8 @@ import http.client
 import json
 import subprocess
 import sys
+import threading
+import time
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import quote
@@ -28,13 +30,18 @@ from safeact import (
 )
 from safeact._cli import main
 from safeact._cli_json import doubt_json
+from safeact._cli_serve import host_names
 from safeact._protocol import utc_now
 from safeact._tool import SafeTool
+from safeact._web import PAGE_SIZE
 from safeact._web_auth import Credentials, hash_password
 from tests.actions import Receipt, bury_owners, expire_leases
 from tests.inbox import TOKEN, Client, Served, running
 
 pytestmark = pytest.mark.located
+
+DASH = "\N{EN DASH}"
+"""Between the first and the last row a page shows, as in ``1 to 50 of 51``."""
 
 
 def charge_tool(store: Store, ran: list[str], *, approval: bool = False) -> SafeTool[..., Receipt]:
@@ -203,6 +210,7 @@ def test_a_decision_without_the_forms_token_or_from_another_site_changes_nothing
             "attempt": page.hidden("attempt"),
             "decision": "not_happened",
             "force": "yes",
+            "note": "no charge at the bank",
         }
         assert client.post("/resolve", form).status == 403
         assert client.post("/resolve", {**form, "csrf": "guessed"}).status == 403
@@ -232,15 +240,19 @@ def test_a_session_ends_after_its_minutes(store: Store) -> None:
 
 
 def test_signing_out_ends_the_session(store: Store) -> None:
-    """After Sign out, the same cookie shows nothing: its person is gone from the session."""
+    """After Sign out, the cookie shows nothing, nor does a copy of it taken before."""
     with running(store) as served:
         client = signed_in(served)
         page = client.get("/")
         assert page.status == 200
+        copied = dict(client.cookies)
         signed_out = client.post("/signout", {"csrf": page.csrf()})
         assert (signed_out.status, signed_out.location) == (303, "/signin")
         assert client.get("/").status == 303
         assert client.get("/api/doubt").status == 401
+        replayed = Client(served.port, copied)  # a copy of the cookie from before
+        assert replayed.get("/").status == 303
+        assert replayed.get("/api/doubt").status == 401
 
 
 def test_happened_is_checked_against_the_return_type_and_recorded_with_who(store: Store) -> None:
@@ -273,17 +285,26 @@ def test_happened_is_checked_against_the_return_type_and_recorded_with_who(store
     assert event.by == "operator"
 
 
-def test_a_resolve_that_says_neither_happened_nor_not_is_refused(store: Store) -> None:
-    """A form without its decision never releases the key: nothing changes."""
+def test_a_decision_that_does_not_say_what_it_decides_is_refused(store: Store) -> None:
+    """No decision, no attempt, no args hash: refused, never applied to whatever is there."""
     crashed(store, "refund-1")
+    assert isinstance(charge_tool(store, [], approval=True)("pay-1", "eve", 5), AwaitingApproval)
     with running(store) as served:
         client = signed_in(served)
         page = client.get("/key?key=refund-1")
         form = {"csrf": page.csrf(), "key": "refund-1", "attempt": page.hidden("attempt")}
         assert client.post("/resolve", form).status == 400
         assert client.post("/resolve", {**form, "decision": "released"}).status == 400
+        unseen = {**form, "attempt": "", "decision": "not_happened", "force": "yes", "note": "x"}
+        assert client.post("/resolve", unseen).status == 400
+        request = {"csrf": page.csrf(), "key": "pay-1", "seen": "pending"}
+        assert client.post("/approve", request).status == 400
+        assert client.post("/deny", {**request, "args_hash": ""}).status == 400
         assert client.get("/key?key=").status == 404  # no key is empty: none is known
     assert state_of(store, "refund-1") is State.IN_DOUBT
+    approval = store.approval("pay-1")
+    assert approval is not None
+    assert approval.state is ApprovalState.PENDING
 
 
 def test_not_happened_needs_proof_or_force(store: Store) -> None:
@@ -486,6 +507,100 @@ def test_secure_cookies_are_sent_over_https_only(store: Store) -> None:
     assert "; secure" in cookie
     assert "; httponly" in cookie
     assert "samesite=strict" in cookie
+
+
+def test_behind_a_tls_proxy_the_https_origin_is_the_inboxs_own(store: Store) -> None:
+    """With ``--secure-cookies`` a form from https://host is the inbox's, one from http not."""
+    with running(store, secure_cookies=True) as served:
+        client = served.client()
+        csrf = client.get("/signin").csrf()
+        form = {"csrf": csrf, "name": "alice", "secret": TOKEN}
+        plain = {"Origin": served.url}
+        assert client.post("/signin", form, plain).status == 403
+        tls = {"Origin": served.url.replace("http://", "https://")}
+        assert client.post("/signin", form, tls).status == 303
+
+
+def test_a_page_past_the_last_shows_the_last(store: Store) -> None:
+    """An offset past what waits (fewer wait since) shows the last page, never an empty one."""
+    for n in range(PAGE_SIZE + 1):
+        crashed(store, f"k{n:03}")
+    with running(store) as served:
+        client = signed_in(served)
+        past = client.get("/?doubts=100")
+        odd = client.get("/?doubts=%C2%B2&approvals=%C2%B9")  # digits, but not ASCII ones
+    assert f"{PAGE_SIZE + 1}{DASH}{PAGE_SIZE + 1} of {PAGE_SIZE + 1}, oldest first" in past.body
+    assert f'href="/key?key=k{PAGE_SIZE:03}"' in past.body
+    assert odd.status == 200
+    assert f"1{DASH}{PAGE_SIZE} of {PAGE_SIZE + 1}" in odd.body
+
+
+def test_a_result_that_could_not_be_checked_is_recorded_and_said(store: Store) -> None:
+    """A tool that described no results: the result is recorded, and the page says so."""
+    tool = charge_tool(store, [])
+    store._claim(
+        "refund-1",
+        tool.name,
+        tool._digest("refund-1", ("bob", 20), {}),
+        attempt_id="a-1",
+        previous=None,
+    )  # no description of its results: as a tool from before schema 5 claims
+    bury_owners(store)
+    with running(store) as served:
+        client = signed_in(served)
+        page = client.get("/key?key=refund-1")
+        form = {
+            "csrf": page.csrf(),
+            "key": "refund-1",
+            "attempt": "a-1",
+            "decision": "happened",
+            "result": '{"to": "bob", "amount": 20}',
+        }
+        done = client.post("/resolve", form)
+    assert done.status == 200
+    assert "Recorded. safeact: warning: the result is not checked" in done.body
+    assert state_of(store, "refund-1") is State.SUCCEEDED
+
+
+def test_sign_ins_are_checked_two_at_a_time(store: Store) -> None:
+    """A password's hash takes 128 MiB: sign-ins beyond two wait, however many arrive."""
+    inside, most = [0], [0]
+    entered, go = threading.Condition(), threading.Event()
+
+    class Slow(Credentials):
+        def admits(self, name: str, secret: str) -> bool:  # noqa: ARG002 - refuses everyone
+            with entered:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+                entered.notify_all()
+            go.wait(timeout=60)
+            with entered:
+                inside[0] -= 1
+            return False
+
+    with running(store, Slow("passwords")) as served:
+        checking = served.app.state.checking
+        tries = [threading.Thread(target=served.client().sign_in) for _ in range(4)]
+        for attempt in tries:
+            attempt.start()
+        with entered:
+            assert entered.wait_for(lambda: inside[0] == 2, timeout=60)
+        deadline = time.monotonic() + 60
+        while checking.statistics().tasks_waiting < 2 and time.monotonic() < deadline:
+            go.wait(0.01)  # polls the limiter's queue; nothing is let through meanwhile
+        assert checking.statistics().tasks_waiting == 2
+        assert inside[0] == 2
+        go.set()
+        for attempt in tries:
+            attempt.join(timeout=60)
+    assert most[0] == 2
+
+
+def test_an_ipv6_address_is_answered_under_its_bracketed_name() -> None:
+    """A browser sends Host: [2001:db8::1]:8765; the inbox bound to 2001:db8::1 answers it."""
+    assert "[2001:db8::1]" in host_names("2001:db8::1", [])
+    assert {"[::1]", "localhost", "127.0.0.1"} <= set(host_names("::1", []))
+    assert host_names("192.0.2.1", ["inbox.example"]) == ("192.0.2.1", "inbox.example")
 
 
 def test_another_host_name_is_refused(store: Store) -> None:

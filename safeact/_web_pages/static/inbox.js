@@ -24,6 +24,13 @@ if (lists !== null) {
     const waiting = Number(document.getElementById("waiting").dataset.waiting);
     document.title = waiting > 0 ? `(${waiting}) ${title}` : title;
   };
+  // A stream the server refused (the inbox restarted, which signs everyone out) is closed
+  // for good by the browser: sign in again rather than show a list that no longer moves.
+  source.onerror = () => {
+    if (source.readyState === EventSource.CLOSED) {
+      window.location.assign("/signin");
+    }
+  };
   source.addEventListener("expired", () => {
     source.close();
     window.location.assign("/signin");
