@@ -532,7 +532,7 @@ MUTANTS = [
         "store an operator's --result unchecked where the tool recorded its return type",
         [
             Edit(
-                "safeact/_cli.py",
+                "safeact/_result_fit.py",
                 '    fit = check(shape, cast("JSON", result))\n',
                 '    fit = check({"type": "any"}, cast("JSON", result))\n',
             )
