@@ -74,9 +74,13 @@ def running(
     session_minutes: float = 30.0,
     refresh: float = 0.05,
     secure_cookies: bool = False,
+    port: int = 0,
 ) -> Iterator[Served]:
-    """Serve ``store``'s inbox on 127.0.0.1 (the token ``TOKEN`` unless told) until the end."""
-    sock = listening("127.0.0.1", 0)
+    """Serve ``store``'s inbox on 127.0.0.1 (the token ``TOKEN`` unless told) until the end.
+
+    On ``port``, if given: an inbox started again where a browser knows it.
+    """
+    sock = listening("127.0.0.1", port)
     port = sock.getsockname()[1]
     clock = Clock()
     inbox = Inbox(

@@ -248,3 +248,22 @@ def test_a_key_and_a_note_holding_script_are_shown_as_text(
         screenshot(page, "script-as-text")
         (event,) = [e for e in store.history(SCRIPTED_KEY) if e.to_state is State.RELEASED]
         assert event.note == f"by <b>mallory</b>: {SCRIPTED_NOTE}"
+
+
+def test_an_open_page_of_an_inbox_started_again_asks_to_sign_in(
+    page: webdriver.Chrome, tmp_path: Path
+) -> None:
+    """A restart signs everyone out: the open page's stream is refused, and it says so."""
+    ledger, effects = tmp_path / "agent.db", tmp_path / "effects"
+    assert run(CHILD, ledger, effects, "warm-up")["kind"] == "Succeeded"
+    with get_store(ledger) as store:
+        with running(store) as served:
+            sign_in(page, served)
+            port = served.port
+        with running(store, port=port):
+            until(
+                page,
+                lambda b: b.current_url.endswith("/signin"),
+                "the page sent to sign in again, not left still",
+            )
+            assert page.find_elements(By.ID, "secret")
