@@ -57,6 +57,7 @@ from safeact._cli_json import (
     event_json,
     record_json,
     saga_json,
+    show_json,
 )
 from safeact._cli_text import (
     SHORT_HASH,
@@ -83,7 +84,6 @@ from safeact._cli_text import (
     when,
 )
 from safeact._codec import encode_untyped
-from safeact._history import Event
 from safeact._open import get_store, names_postgres
 from safeact._protocol import (
     NO_RESULT,
@@ -513,39 +513,6 @@ def _approval_of(store: Store, key: str) -> Approval | CorruptRecordError | None
         return store.approval(key)
     except CorruptRecordError as error:
         return error
-
-
-def show_json(  # noqa: PLR0913 - one parameter per member
-    key: str,
-    record: Record | CorruptRecordError | None,
-    recorded: Record | None,
-    late: Sequence[Record | CorruptRecordError],
-    events: Sequence[Event | CorruptRecordError],
-    *,
-    approval: Approval | CorruptRecordError | None,
-) -> dict[str, object]:
-    """``show --json``: the key as read, the state its row holds, late completions, history.
-
-    And its approval request (null for a tool that asks for none), last: a member added to
-    a shape goes after the others.
-    """
-    return {
-        "key": key,
-        "record": record_json(record) if isinstance(record, Record) else None,
-        "recorded_state": None if recorded is None else recorded.state.value,
-        "corrupt": corrupt_json(record) if isinstance(record, CorruptRecordError) else None,
-        "late_completions": [
-            record_json(d) if isinstance(d, Record) else corrupt_json(d) for d in late
-        ],
-        "history": [event_json(e) if isinstance(e, Event) else corrupt_json(e) for e in events],
-        "approval": (
-            None
-            if approval is None
-            else approval_json(approval)
-            if isinstance(approval, Approval)
-            else corrupt_json(approval)
-        ),
-    }
 
 
 def cmd_doubt(options: argparse.Namespace, store: Store) -> int:

@@ -17,11 +17,15 @@ from typing import TYPE_CHECKING
 
 import attrs
 
+from safeact._history import Event
+from safeact._protocol import Approval, Record
+from safeact.exceptions import CorruptRecordError
+
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from safeact._archive import Archived
-    from safeact._history import Event
-    from safeact._protocol import Approval, Record, SagaRecord
-    from safeact.exceptions import CorruptRecordError
+    from safeact._protocol import SagaRecord
 
 __all__ = [
     "SCHEMAS",
@@ -32,6 +36,7 @@ __all__ = [
     "event_json",
     "record_json",
     "saga_json",
+    "show_json",
 ]
 
 _RECORD = (
@@ -141,4 +146,37 @@ def archived_json(archived: Archived) -> dict[str, object]:
         "corrupt": archived.corrupt,
         "kept_keys": list(archived.kept_keys),
         "kept_sagas": list(archived.kept_sagas),
+    }
+
+
+def show_json(  # noqa: PLR0913 - one parameter per member
+    key: str,
+    record: Record | CorruptRecordError | None,
+    recorded: Record | None,
+    late: Sequence[Record | CorruptRecordError],
+    events: Sequence[Event | CorruptRecordError],
+    *,
+    approval: Approval | CorruptRecordError | None,
+) -> dict[str, object]:
+    """``show --json``: the key as read, the state its row holds, late completions, history.
+
+    And its approval request (null for a tool that asks for none), last: a member added to
+    a shape goes after the others.
+    """
+    return {
+        "key": key,
+        "record": record_json(record) if isinstance(record, Record) else None,
+        "recorded_state": None if recorded is None else recorded.state.value,
+        "corrupt": corrupt_json(record) if isinstance(record, CorruptRecordError) else None,
+        "late_completions": [
+            record_json(d) if isinstance(d, Record) else corrupt_json(d) for d in late
+        ],
+        "history": [event_json(e) if isinstance(e, Event) else corrupt_json(e) for e in events],
+        "approval": (
+            None
+            if approval is None
+            else approval_json(approval)
+            if isinstance(approval, Approval)
+            else corrupt_json(approval)
+        ),
     }

@@ -55,7 +55,7 @@ from starlette.responses import (
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
-from safeact._cli_json import approval_json, corrupt_json, doubt_json, event_json, record_json
+from safeact._cli_json import approval_json, corrupt_json, doubt_json, show_json
 from safeact._cli_text import SHORT_HASH, age, escaped, when
 from safeact._codec import encode_untyped
 from safeact._history import Event
@@ -604,10 +604,20 @@ class _Site:
         if not self.api_allowed(request):
             return _api_refused()
         key = request.query_params.get("key", "")
-        seen = await run_in_threadpool(self.key_values, key)
-        if seen is None:
+        shown = await run_in_threadpool(self.key_json, key)
+        if shown is None:
             return JSONResponse({"error": f"no key {key!r}"}, status_code=404)
-        return JSONResponse(seen.json())
+        return JSONResponse(shown)
+
+    def key_json(self, key: str) -> dict[str, object] | None:
+        """``key`` as ``safeact show --json`` prints it; None if the ledger knows nothing of it."""
+        seen = self.key_values(key)
+        if seen is None:
+            return None
+        record = seen.record
+        late = [] if not isinstance(record, Record) else self.store.scan_late_completions(key)
+        recorded = self.store._stored(key) if isinstance(record, Record) else None
+        return show_json(key, record, recorded, late, seen.events, approval=seen.approval)
 
 
 @attrs.frozen
@@ -633,25 +643,6 @@ class _KeyView:
 
     def age(self, moment: datetime) -> str:
         return age(self.now - moment)
-
-    def json(self) -> dict[str, object]:
-        """The key as ``show --json`` prints it, for the API (late completions aside)."""
-        record, approval = self.record, self.approval
-        return {
-            "key": self.key,
-            "record": record_json(record) if isinstance(record, Record) else None,
-            "corrupt": corrupt_json(record) if isinstance(record, CorruptRecordError) else None,
-            "history": [
-                event_json(e) if isinstance(e, Event) else corrupt_json(e) for e in self.events
-            ],
-            "approval": (
-                None
-                if approval is None
-                else approval_json(approval)
-                if isinstance(approval, Approval)
-                else corrupt_json(approval)
-            ),
-        }
 
 
 def _resolution(form: dict[str, str]) -> tuple[str, bool, bool] | str:

@@ -67,7 +67,7 @@ class Served:
 
 
 @contextlib.contextmanager
-def running(
+def running(  # noqa: PLR0913 - one keyword per setting a test changes
     store: Store,
     credentials: Credentials | None = None,
     *,
