@@ -1,0 +1,170 @@
+"""What an operator's read costs on ledgers of 1,000 and 1,000,000 keys (1,000 in doubt).
+
+    python -m bench.operator [--sizes 1000 1000000] [--json PATH]
+
+Each command runs in a fresh interpreter of its own, as an operator's cron or a health
+check runs it; the figures are its wall time (the command itself, the interpreter's start
+left out) and its peak resident memory (the whole process, ``ru_maxrss``). The ledger is
+made in SQL: one key claimed through a tool and settled, one left in doubt, each copied
+under new keys with one history event apiece, so a million keys take seconds to make.
+Issue 36 holds these reads to 100 ms and 100 MB at a million keys, and to 2x growth from
+1,000; this module measures, it asserts nothing.
+"""
+
+import argparse
+import json
+import sqlite3
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from safeact import get_store, safe
+from safeact._protocol import DoubtReason
+
+DOUBTS = 1_000
+
+_MEASURE = """
+import json, resource, sys, time
+from safeact._cli import main
+started = time.perf_counter()
+code = main(sys.argv[1:])
+seconds = time.perf_counter() - started
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"code": code, "seconds": seconds, "peak_bytes": peak}), file=sys.stderr)
+"""
+
+_GAUGE = """
+import json, resource, sys, time
+from safeact import get_store
+from safeact.otel import _in_doubt, _observed
+store = get_store(sys.argv[1])
+_observed.add(store)
+started = time.perf_counter()
+total = sum(count for count, _ in _in_doubt())
+seconds = time.perf_counter() - started
+peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+print(json.dumps({"code": total, "seconds": seconds, "peak_bytes": peak}), file=sys.stderr)
+"""
+
+
+OLD = "2026-01-01T00:00:00.000000+00:00"
+"""When the old settled keys (the ones a purge takes) were attempted and finished."""
+
+
+def make_ledger(path: Path, keys: int, doubts: int = DOUBTS) -> int:
+    """A ledger of ``keys`` keys: ``doubts`` in doubt, the rest succeeded, 90 % of them old.
+
+    Returns how many old settled keys it holds (``purge --older-than 30d`` takes those).
+    """
+    store = get_store(path)
+
+    @safe(store, name="bench.refund", keep_arguments=True)
+    def refund(key: str, amount: int) -> int:
+        return amount
+
+    refund("settled", 1)
+    digest = refund._digest("doubted", (1,), {})
+    assert store._claim("doubted", refund.name, digest, attempt_id="d", previous=None)
+    store._mark_in_doubt("doubted", "d", DoubtReason.INTERRUPTED)
+    store.close()
+    settled = max(0, keys - doubts - 2)  # a ledger of 1,000 keys is the 1,000 in doubt
+    old = settled * 9 // 10
+    db = sqlite3.connect(path, isolation_level=None)
+    columns = [row[1] for row in db.execute("PRAGMA table_info(calls)")]
+    events = [row[1] for row in db.execute("PRAGMA table_info(history)") if row[1] != "seq"]
+    numbers = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
+    db.execute("BEGIN")
+    for source, batch, count in (
+        ("settled", "old", old),
+        ("settled", "new", settled - old),
+        ("doubted", "new", doubts),
+    ):
+        aged = {"attempted_at", "finished_at", "lease_until", "at"} if batch == "old" else set()
+
+        def copy(names: list[str], named: str, aged: set[str] = aged, batch: str = batch) -> str:
+            return ", ".join(
+                f"printf('%s-{batch}-%07d', {c}, n.i)"
+                if c == named
+                else f"'{OLD}'"
+                if c in aged
+                else c
+                for c in names
+            )
+
+        db.execute(
+            f"INSERT INTO calls ({', '.join(columns)}) {numbers} "  # noqa: S608 - the table's own columns
+            f"SELECT {copy(columns, 'key')} FROM calls, n WHERE key = ?",
+            (count, source),
+        )
+        db.execute(
+            f"INSERT INTO history ({', '.join(events)}) {numbers} "  # noqa: S608 - the table's own columns
+            f"SELECT {copy(events, 'subject')} FROM history, n "
+            "WHERE seq = (SELECT min(seq) FROM history WHERE subject = ?)",
+            (count, source),
+        )
+    db.execute("COMMIT")
+    db.close()
+    return old
+
+
+def measure(script: str, *arguments: str) -> dict[str, float]:
+    """Run ``script`` with ``arguments`` in a fresh interpreter; what it reported."""
+    done = subprocess.run(
+        [sys.executable, "-c", script, *arguments],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        check=False,
+    )
+    report: dict[str, float] = json.loads(done.stderr.strip().splitlines()[-1])
+    return report
+
+
+def figures(folder: Path, keys: int) -> dict[str, dict[str, float]]:
+    """Each read on a ledger of ``keys`` keys, then a purge of its old settled keys."""
+    ledger = folder / f"ledger-{keys}.db"
+    old = make_ledger(ledger, keys)
+    location = str(ledger)
+    found = {
+        "doubt": measure(_MEASURE, "doubt", location, "--json"),
+        "stats": measure(_MEASURE, "stats", location, "--json"),
+        "show": measure(_MEASURE, "show", location, "doubted-new-0000001", "--json"),
+        "ls --state in_doubt": measure(_MEASURE, "ls", location, "--state", "in_doubt"),
+        "the in-doubt gauge": measure(_GAUGE, location),
+    }
+    found[f"purge of {old:,} settled keys"] = measure(
+        _MEASURE, "purge", location, "--older-than", "30d", "--state", "succeeded"
+    )
+    return found
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--sizes", type=int, nargs="+", default=[1_000, 1_000_000])
+    parser.add_argument("--json", type=Path, default=Path("bench-operator.json"))
+    options = parser.parse_args()
+    results: dict[int, dict[str, dict[str, float]]] = {}
+    with tempfile.TemporaryDirectory() as scratch:
+        for keys in options.sizes:
+            results[keys] = figures(Path(scratch), keys)
+    print(f"{'read':36}" + "".join(f"{f'{k:,} keys':>24}" for k in options.sizes))
+    for name in results[options.sizes[0]]:
+        cells = []
+        for keys in options.sizes:
+            found = next(
+                (
+                    v
+                    for n, v in results[keys].items()
+                    if n.split(" of ")[0] == name.split(" of ")[0]
+                ),
+                None,
+            )
+            assert found is not None
+            cells.append(f"{found['seconds'] * 1000:9.0f} ms {found['peak_bytes'] / 2**20:6.0f} MB")
+        print(f"{name.split(' of ')[0]:36}" + "".join(f"{cell:>24}" for cell in cells))
+    options.json.write_text(json.dumps({str(k): v for k, v in results.items()}, indent=2))
+
+
+if __name__ == "__main__":
+    main()
