@@ -33,10 +33,11 @@ from safeact._cli_json import doubt_json
 from safeact._cli_serve import host_names
 from safeact._protocol import utc_now
 from safeact._tool import SafeTool
-from safeact._web import PAGE_SIZE
+from safeact._web import PAGE_SIZE, listening
 from safeact._web_auth import Credentials, hash_password
 from tests.actions import Receipt, bury_owners, expire_leases
 from tests.inbox import TOKEN, Client, Served, running
+from tests.test_corrupt_rows import spoil
 
 pytestmark = pytest.mark.located
 
@@ -253,6 +254,10 @@ def test_signing_out_ends_the_session(store: Store) -> None:
         replayed = Client(served.port, copied)  # a copy of the cookie from before
         assert replayed.get("/").status == 303
         assert replayed.get("/api/doubt").status == 401
+        served.clock.now += 31 * 60  # past the first session's end: it is forgotten, and
+        later = signed_in(served)  # a later sign-out keeps only what could still be used
+        assert later.post("/signout", {"csrf": later.get("/").csrf()}).status == 303
+        assert later.get("/").status == 303
 
 
 def test_happened_is_checked_against_the_return_type_and_recorded_with_who(store: Store) -> None:
@@ -599,6 +604,56 @@ def test_an_ipv6_address_is_answered_under_its_bracketed_name() -> None:
     assert "[2001:db8::1]" in host_names("2001:db8::1", [])
     assert {"[::1]", "localhost", "127.0.0.1"} <= set(host_names("::1", []))
     assert host_names("192.0.2.1", ["inbox.example"]) == ("192.0.2.1", "inbox.example")
+
+
+def test_a_row_changed_outside_safeact_is_shown_as_corrupt_not_hidden(store: Store) -> None:
+    """A corrupt key is listed as corrupt, and its page and API say what is wrong."""
+    crashed(store, "refund-1")
+    spoil(store.location, "refund-1", "owner_pid", 0)
+    with running(store) as served:
+        client = signed_in(served)
+        inbox, page = client.get("/"), client.get("/key?key=refund-1")
+        shown = client.get("/api/key?key=refund-1").json()
+        unknown = client.get("/api/key?key=nobody")
+    assert "corrupt row: owner_pid is 0, not a process id" in inbox.body
+    assert "Its row cannot be read: owner_pid is 0" in page.body
+    assert 'id="happened"' not in page.body  # nothing to decide on a row nobody can read
+    assert isinstance(shown, dict)
+    assert shown["corrupt"]["column"] == "owner_pid"
+    assert unknown.status == 404
+
+
+def test_the_api_gives_the_requests_as_approvals_json(
+    store: Store, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``/api/approvals`` items are ``safeact approvals --json``'s objects, a page at a time."""
+    charge = charge_tool(store, [], approval=True)
+    for n in range(3):
+        assert isinstance(charge(f"pay-{n}", "eve", n), AwaitingApproval)
+    assert main(["approvals", store.location, "--json"]) == 0
+    printed = [json.loads(line) for line in capsys.readouterr().out.splitlines()]
+    with running(store) as served:
+        client = signed_in(served)
+        first = client.get("/api/approvals").json()
+        past = client.get("/api/approvals?approvals=200").json()
+    assert first == {"total": 3, "offset": 0, "items": printed}
+    assert past == {"total": 3, "offset": 0, "items": printed}  # past the last: the last page
+
+
+def test_serve_says_when_its_port_is_taken(
+    ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A port another program listens on: one line, exit 2, nothing served."""
+    with get_store(ledger) as store:
+        crashed(store, "k")
+    taken = listening("127.0.0.1", 0)
+    try:
+        port = str(taken.getsockname()[1])
+        code = main(["serve", str(ledger), "--no-auth", "--port", port])
+    finally:
+        taken.close()
+    assert code == 2
+    assert f"cannot listen on 127.0.0.1 port {port}" in capsys.readouterr().err
 
 
 def test_another_host_name_is_refused(store: Store) -> None:
