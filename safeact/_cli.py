@@ -84,6 +84,7 @@ from safeact._cli_text import (
     when,
 )
 from safeact._codec import encode_untyped
+from safeact._integrity import TABLES
 from safeact._open import get_store, names_postgres
 from safeact._protocol import (
     NO_RESULT,
@@ -334,6 +335,19 @@ def json_value(text: str) -> object:
         return parse_result(text)
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+_MOST_ROWS = 10_000
+"""The most rows ``check --batch`` reads at once."""
+
+
+def _batch_size(text: str) -> int:
+    """``check --batch``: a whole number of rows, 1 to ``_MOST_ROWS``."""
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= _MOST_ROWS:
+        raise argparse.ArgumentTypeError(
+            f"{echoed(text)} is not a batch: give a number of rows from 1 to {_MOST_ROWS:,}"
+        )
+    return int(text)
 
 
 def utf8_text(refusal: str) -> Callable[[str], str]:
@@ -998,6 +1012,32 @@ def cmd_export(options: argparse.Namespace, store: Store) -> int:
     return 0
 
 
+def cmd_check(options: argparse.Namespace, store: Store) -> int:
+    """Read every row; print each that cannot be read; exit 1 if any, 0 if none."""
+    on_terminal = not options.json and sys.stderr is not None and sys.stderr.isatty()
+    checked = Counter(dict.fromkeys(TABLES, 0))
+    corrupt = 0
+    for batch in store._check_rows(options.batch):  # noqa: SLF001 - the operator's seat
+        checked[batch.table] += batch.rows
+        corrupt += len(batch.corrupt)
+        if options.json:
+            _print_json({"table": batch.table, **corrupt_json(e)} for e in batch.corrupt)
+        else:
+            _print(f"{batch.table}  {escaped(e.subject)}  {e.problem}" for e in batch.corrupt)
+        sys.stdout.flush()  # each row as it is found, whatever stops the rest
+        if on_terminal:
+            sys.stderr.write(f"\rchecked {checked.total():,} rows ({batch.table})")
+            sys.stderr.flush()
+    if on_terminal:
+        sys.stderr.write("\n")
+    if options.json:
+        _print_json([{"checked": dict(checked), "corrupt": corrupt}])
+    else:
+        rows = ", ".join(f"{table} {n:,}" for table, n in checked.items())
+        _print([f"checked {checked.total():,} rows ({rows}): {corrupt or 'none'} corrupt"])
+    return 1 if corrupt else 0
+
+
 def cmd_migrate(options: argparse.Namespace) -> int:
     backup: Path | None = None
     if _names_postgres(options.ledger):
@@ -1070,7 +1110,7 @@ def report_corrupt(store: Store, found: Iterable[object]) -> int:
     return corrupt
 
 
-def parser() -> _Parser:
+def parser() -> _Parser:  # noqa: PLR0915 - a statement per command and option
     """The command line: one subcommand per operation, each with an example in its help."""
     top = _Parser(
         prog="safeact",
@@ -1300,6 +1340,20 @@ def parser() -> _Parser:
         "--before", type=moment, required=True, metavar="WHEN", help=f"recorded before: {_WHEN}"
     )
 
+    check = command(
+        "check",
+        "Read every row of the ledger, a batch at a time, and list each one that cannot be "
+        "read (changed outside safeact); exit 1 if any.",
+        "safeact check agent.db || notify-ops 'safeact: corrupt rows'",
+    )
+    check.add_argument(
+        "--batch",
+        type=_batch_size,
+        default=1000,
+        metavar="N",
+        help="rows per read (default 1000, at most 10000): memory holds one batch",
+    )
+
     command(
         "migrate",
         "Upgrade a ledger to this safeact's schema, keeping a copy of the old file.",
@@ -1424,6 +1478,7 @@ _RUN: dict[str, Callable[[argparse.Namespace, Store], int]] = {
     "reconcile": cmd_reconcile,
     "archive": cmd_archive,
     "export": cmd_export,
+    "check": cmd_check,
     "serve": serving.cmd_serve,
 }
 

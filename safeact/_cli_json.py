@@ -92,6 +92,10 @@ SCHEMAS = {
     "archive": (
         "one object: {before, file, events, corrupt, kept_keys: [KEY], kept_sagas: [SAGA_ID]}"
     ),
+    "check": (
+        "one line per row that cannot be read: {table, key, corrupt, column} (key: the key, "
+        "saga id or history subject); then one object: {checked: {TABLE: N}, corrupt: N}"
+    ),
     "export": (
         "one line per event, as archive writes them (it prints no other JSON): {kind, subject, "
         "seq, at, from, to, why, by, host, pid, attempt_id, note, corrupt}"

@@ -8,6 +8,7 @@
 | sagas' rows | ``_saga_rows`` |
 | listings and counts for the CLI | ``_listing`` |
 | pages of what waits on a person, for ``safeact serve`` | ``_inbox`` |
+| every row read and judged, for ``safeact check`` | ``_integrity`` |
 | retention (purge) | ``_retention`` |
 | archiving the history | ``_archive`` |
 | the heartbeat of held attempts | ``_liveness`` |
@@ -31,6 +32,7 @@ from safeact._audit import Audit
 from safeact._codec import encode_untyped
 from safeact._history import Why
 from safeact._inbox import Inbox
+from safeact._integrity import Integrity
 from safeact._listing import Listing
 from safeact._liveness import Liveness
 from safeact._outcome import in_doubt_from
@@ -53,7 +55,16 @@ __all__ = ["Store"]
 
 
 class Store(
-    KeyTransitions, Approvals, Audit, SagaRows, Listing, Inbox, Retention, Archiving, Liveness
+    KeyTransitions,
+    Approvals,
+    Audit,
+    SagaRows,
+    Listing,
+    Inbox,
+    Integrity,
+    Retention,
+    Archiving,
+    Liveness,
 ):
     """A ledger of keys, shared safely by threads, processes and (on PostgreSQL) hosts.
 

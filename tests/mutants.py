@@ -992,6 +992,28 @@ MUTANTS = [
         ["tests/test_inbox.py"],
     ),
     Mutant(
+        "check the same rows again in each batch",
+        [
+            Edit(
+                "safeact/_integrity.py",
+                "            after = rows[-1][-1]",
+                "            after = rows[0][-1]",
+            )
+        ],
+        ["tests/test_check.py"],
+    ),
+    Mutant(
+        "let check pass a row it cannot read",
+        [
+            Edit(
+                "safeact/_integrity.py",
+                "            yield Batch(table, len(rows), corrupt)",
+                "            yield Batch(table, len(rows), ())",
+            )
+        ],
+        ["tests/test_check.py"],
+    ),
+    Mutant(
         "count no person's decision in the metrics",
         [Edit("safeact/_telemetry.py", "    otel.decisions.add(1, counted)", "    del counted")],
         ["tests/test_telemetry.py"],

@@ -202,8 +202,8 @@ def test_every_command_prints_json_of_its_documented_shape(crashed: str) -> None
         }.items()
     }
     # archive and export: the test below; the approvals' commands, whose ledger needs a
-    # gated tool: tests/test_cli_approvals.py.
-    others = {"archive", "export", "approvals", "approve", "deny", *PRINT_NO_DATA}
+    # gated tool: tests/test_cli_approvals.py; check: tests/test_check.py.
+    others = {"archive", "export", "approvals", "approve", "deny", "check", *PRINT_NO_DATA}
     assert set(objects) | others == set(subcommands())
     assert [o["key"] for o in objects["ls"]] == ["refund-1", "order-1:0:refund", *CRASHED]
     assert objects["show"][0]["key"] == key
@@ -642,6 +642,17 @@ CASES: dict[tuple[str, str], tuple[list[str], int, Callable[[str], bool]]] = {
         ["export", "LEDGER", "--before", "0s", "--json"],
         0,
         lambda out: all(json.loads(line)["seq"] for line in out.splitlines()),
+    ),
+    ("check", "ledger"): (["check", "LEDGER"], 0, lambda out: out.endswith(": none corrupt\n")),
+    ("check", "--batch"): (
+        ["check", "LEDGER", "--batch", "1", "--json"],
+        0,
+        lambda out: json.loads(out)["checked"]["calls"] > 1,
+    ),
+    ("check", "--json"): (
+        ["check", "LEDGER", "--json"],
+        0,
+        lambda out: json.loads(out)["corrupt"] == 0,
     ),
     # serve runs until stopped (tests/test_inbox.py serves through it): each case here is a
     # refusal its option leads to, and nothing listens.
