@@ -132,6 +132,7 @@ def figures(folder: Path, keys: int) -> dict[str, dict[str, float]]:
         "show": measure(_MEASURE, "show", location, "doubted-new-0000001", "--json"),
         "ls --state in_doubt": measure(_MEASURE, "ls", location, "--state", "in_doubt"),
         "the in-doubt gauge": measure(_GAUGE, location),
+        "check (every row)": measure(_MEASURE, "check", location, "--json"),
     }
     found[f"purge of {old:,} settled keys"] = measure(
         _MEASURE, "purge", location, "--older-than", "30d", "--state", "succeeded"
