@@ -20,11 +20,15 @@ TIMEOUT = 120
 
 
 def run_python(
-    *arguments: str | Path, cwd: Path | None = None, env: Mapping[str, str] | None = None
+    *arguments: str | Path,
+    cwd: Path | None = None,
+    env: Mapping[str, str] | None = None,
+    own_session: bool = False,
 ) -> subprocess.CompletedProcess[str]:
     """Run ``python ARGUMENTS`` in a fresh interpreter, to its end or its death.
 
-    Its output is captured as text; ``env`` adds to this process's environment. Raises
+    Its output is captured as text; ``env`` adds to this process's environment;
+    ``own_session`` starts it in a session (so a process group) of its own. Raises
     ``subprocess.TimeoutExpired`` (having killed it) after ``TIMEOUT`` seconds.
     """
     return subprocess.run(
@@ -35,6 +39,7 @@ def run_python(
         timeout=TIMEOUT,
         cwd=cwd,
         env=None if env is None else {**os.environ, **env},
+        start_new_session=own_session,
     )
 
 

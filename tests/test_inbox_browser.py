@@ -8,10 +8,7 @@ waits for a condition of the page, never sleeps. Screenshots of the pages go to
 
 from __future__ import annotations
 
-import json
 import os
-import subprocess
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -25,7 +22,7 @@ from selenium.webdriver.support.ui import WebDriverWait
 
 from safeact import ApprovalState, State, get_store
 from tests.inbox import TOKEN, Served, running
-from tests.processes import CHILD, TIMEOUT
+from tests.processes import CHILD, ended, report, run_python
 
 CHROMIUM, CHROMEDRIVER = Path("/usr/bin/chromium"), Path("/usr/bin/chromedriver")
 ARTIFACTS = Path(os.environ.get("SAFEACT_ARTIFACTS", Path(__file__).parent.parent / "artifacts"))
@@ -103,23 +100,15 @@ def screenshot(browser: webdriver.Chrome, name: str) -> None:
 
 
 def run(*command: str | Path) -> dict[str, object]:
-    """Run a child process in a session of its own; the JSON it printed last (None if killed).
+    """Run a child process in a session of its own; the JSON it printed last, or killed.
 
     Its own session: its process group is its own, as an agent's is, so once it is killed
     no process of the browser's counts as its child, and it is provably gone.
     """
-    done = subprocess.run(
-        [sys.executable, *map(str, command)],
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-        start_new_session=True,
-        check=False,
-    )
-    if done.returncode == -9:  # SIGKILL, as asked
+    done = run_python(*command, own_session=True)
+    if ended(done) == "SIGKILL":  # as asked
         return {"kind": "killed"}
-    assert done.returncode == 0, done.stderr
-    found: dict[str, object] = json.loads(done.stdout.splitlines()[-1])
+    found: dict[str, object] = report(done)
     return found
 
 
