@@ -16,7 +16,7 @@ import attrs
 
 from safeact._ledger import COLUMNS, Ledger
 from safeact._protocol import ApprovalState, Record, State, utc_now
-from safeact._rows import APPROVAL_COLUMNS, each, read_approval, read_record, time_text
+from safeact._rows import APPROVAL_COLUMNS, each, read_approval, time_text
 from safeact._tables import UNSETTLED_SQL
 
 if TYPE_CHECKING:
@@ -62,7 +62,7 @@ class Inbox(Ledger):
         abandoned = [
             row
             for row, seen in zip(
-                attempting, each(attempting, functools.partial(self._read_row, now)), strict=True
+                attempting, each(attempting, functools.partial(self._read_seen, now)), strict=True
             )
             if not isinstance(seen, Record) or seen.state is State.IN_DOUBT
         ]
@@ -75,7 +75,7 @@ class Inbox(Ledger):
         # Both lists are in (attempted_at, key) order: the page is a slice of their merge,
         # and only its rows are read as records.
         shown = sorted([*rows, *abandoned], key=lambda row: (str(row[_ATTEMPTED]), str(row[_KEY])))
-        items = each(shown[offset : offset + limit], functools.partial(self._read_row, now))
+        items = each(shown[offset : offset + limit], functools.partial(self._read_seen, now))
         return Page(tuple(items), int(count) + len(abandoned), offset)
 
     def _approval_page(
@@ -109,9 +109,6 @@ class Inbox(Ledger):
         """The number of the history's latest event (0: none): it grows with every change."""
         ((seq,),) = self._read("SELECT coalesce(max(seq), 0) FROM history", ())
         return int(seq)
-
-    def _read_row(self, now: datetime, row: tuple[object, ...]) -> Record:
-        return self._seen(read_record(self.location, row), now)
 
 
 def _filters(

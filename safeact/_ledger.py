@@ -165,6 +165,10 @@ class Ledger:
         """``record`` as readers report it now (``as_seen``)."""
         return as_seen(record, self._abandonment(record, now))
 
+    def _read_seen(self, now: datetime, row: tuple[object, ...]) -> Record:
+        """A row of ``calls`` read, as readers report it ``now`` (listings, the inbox)."""
+        return self._seen(read_record(self.location, row), now)
+
     def _now(self, key: str) -> Record:
         """``key``'s record just after a decision wrote it."""
         record = self._stored(key)

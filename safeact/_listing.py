@@ -147,6 +147,3 @@ class Listing(Ledger):
             (),
         )
         return readable(each(rows, functools.partial(read_record, self.location)))
-
-    def _read_seen(self, now: datetime, row: tuple[object, ...]) -> Record:
-        return self._seen(read_record(self.location, row), now)
