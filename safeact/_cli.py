@@ -530,9 +530,10 @@ def _approval_of(store: Store, key: str) -> Approval | CorruptRecordError | None
 
 
 def cmd_doubt(options: argparse.Namespace, store: Store) -> int:
-    # Every key is read, not only the unsettled ones: a corrupt row in any state needs
-    # attention (its next call raises), and an unreadable state may hide an unsettled key.
-    found = store.scan_records()
+    # Only the unsettled keys are read (through their index): what doubt shows. A corrupt
+    # row among them is listed, as needing attention; a settled one is found by the reads
+    # that meet it, and by ``safeact check``, which reads every row on purpose.
+    found = store.scan_records(unsettled=True)
     corrupt = [r for r in found if isinstance(r, CorruptRecordError)]
     doubts = [r for r in found if isinstance(r, Record) and r.state is State.IN_DOUBT]
     now = utc_now()
@@ -882,17 +883,17 @@ def cmd_purge(options: argparse.Namespace, store: Store) -> int:
 
 
 def cmd_stats(options: argparse.Namespace, store: Store) -> int:
-    # Every row is read (not counted in SQL) so that corrupt rows are found, and counted apart.
-    found = store.scan_records()
-    records = [r for r in found if isinstance(r, Record)]
+    # Counted in SQL (settled keys by their tool and state; sagas by state), so the cost is
+    # an index's, not every row's parsing; only the unsettled keys are read whole.
+    census = store._census()  # noqa: SLF001 - the operator's seat
     per_tool: dict[str, Counter[State]] = {}
-    for record in records:
-        per_tool.setdefault(record.tool, Counter())[record.state] += 1
+    for (tool, state), n in census.counts.items():
+        per_tool.setdefault(tool, Counter())[state] = n
     everything = sum(per_tool.values(), Counter[State]())
-    sagas_found = store.scan_sagas()
-    sagas = Counter(s.state.value for s in sagas_found if isinstance(s, SagaRecord))
-    doubts = [r for r in records if r.state is State.IN_DOUBT]
-    corrupt = {"keys": len(found) - len(records), "sagas": len(sagas_found) - sum(sagas.values())}
+    saga_counts, corrupt_sagas = store._saga_counts()  # noqa: SLF001 - as above
+    sagas = {state.value: n for state, n in saga_counts.items()}
+    doubts = [r for r in census.unsettled if r.state is State.IN_DOUBT]
+    corrupt = {"keys": census.uncounted, "sagas": corrupt_sagas}
     on_disk = size(store.path) if isinstance(store, SqliteStore) else None
     now = utc_now()
     if options.json:
@@ -932,7 +933,7 @@ def cmd_stats(options: argparse.Namespace, store: Store) -> int:
                 else "size on disk: {:,} bytes ({})".format(*on_disk),
             ]
         )
-    report_corrupt(store, [*found, *sagas_found])
+    warn_corrupt(store, census.uncounted + corrupt_sagas)
     return 0
 
 
@@ -1100,7 +1101,11 @@ def _print_json(objects: Iterable[dict[str, object]]) -> None:
 
 def report_corrupt(store: Store, found: Iterable[object]) -> int:
     """Say on stderr how many of ``found`` are corrupt rows (if any); return how many."""
-    corrupt = sum(isinstance(item, CorruptRecordError) for item in found)
+    return warn_corrupt(store, sum(isinstance(item, CorruptRecordError) for item in found))
+
+
+def warn_corrupt(store: Store, corrupt: int) -> int:
+    """Say on stderr that ``corrupt`` rows are corrupt (if any); return how many."""
     if corrupt:
         _warn(
             f"safeact: warning: {corrupt} corrupt row{'s' * (corrupt != 1)} in "

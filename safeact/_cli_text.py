@@ -305,7 +305,7 @@ def corrupt_count(keys: int, sagas: int) -> list[str]:
         return []
     line = (
         f"corrupt: {keys} key(s) and {sagas} saga(s), not counted above "
-        "(changed outside safeact; see safeact ls and safeact sagas)"
+        "(changed outside safeact; safeact check LEDGER names every corrupt row)"
     )
     return [line]
 

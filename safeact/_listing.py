@@ -12,6 +12,8 @@ import functools
 from collections import Counter
 from typing import TYPE_CHECKING
 
+import attrs
+
 from safeact._ledger import COLUMNS, Ledger
 from safeact._protocol import UNSETTLED, Record, State, utc_now
 from safeact._rows import (
@@ -27,10 +29,27 @@ from safeact._tables import UNSETTLED_SQL
 from safeact.exceptions import CorruptRecordError
 
 if TYPE_CHECKING:
+    from collections.abc import Mapping
     from datetime import datetime
 
 
-__all__ = ["Listing"]
+__all__ = ["Census", "Listing"]
+
+
+@attrs.frozen
+class Census:
+    """The keys counted: ``counts`` by tool and state, and what could not be counted.
+
+    ``unsettled``: the ATTEMPTING and IN_DOUBT keys as ``get`` reads them, oldest attempt
+    first. ``corrupt``: an error for each unsettled row that cannot be read, and one naming
+    a key of each group of settled rows whose tool or state cannot be; ``uncounted``: how
+    many keys those errors stand for.
+    """
+
+    counts: Mapping[tuple[str, State], int]
+    unsettled: tuple[Record, ...]
+    corrupt: tuple[CorruptRecordError, ...]
+    uncounted: int
 
 
 class Listing(Ledger):
@@ -104,9 +123,22 @@ class Listing(Ledger):
         """Return how many keys each tool has in each state, as ``get`` reads them.
 
         Raises:
-            CorruptRecordError: a key's tool or state is not one safeact writes (one such key
-                is named).
+            CorruptRecordError: a key's tool or state is not one safeact writes, or an
+                unsettled key's row cannot be read (one such key is named).
 
+        """
+        census = self._census()
+        if census.corrupt:
+            raise census.corrupt[0]
+        return dict(census.counts)
+
+    def _census(self) -> Census:
+        """Every key counted by tool and state: the settled ones in SQL, the unsettled read.
+
+        A settled key is counted by its tool and state alone, so the count costs one pass
+        over an index, not the parsing of every row; its other columns are judged by the
+        reads that show it, and by ``check``. An unsettled key is read whole, as ``get``
+        reads it (only its owner's liveness tells ATTEMPTING from in doubt).
         """
         rows = self._read(
             "SELECT tool, state, count(*), min(key) FROM calls "  # noqa: S608 - constants
@@ -114,12 +146,24 @@ class Listing(Ledger):
             (),
         )
         counted: Counter[tuple[str, State]] = Counter()
+        corrupt: list[CorruptRecordError] = []
+        uncounted = 0
         for tool, state, count, key in rows:
-            with Reading(self.location, "calls", key):
-                counted[text_of("tool", tool), member("state", state, State)] = int(count)
-        for record in self.records(unsettled=True):
-            counted[record.tool, record.state] += 1
-        return dict(counted)
+            try:
+                with Reading(self.location, "calls", key):
+                    counted[text_of("tool", tool), member("state", state, State)] += int(count)
+            except CorruptRecordError as error:
+                corrupt.append(error)
+                uncounted += int(count)
+        unsettled = []
+        for found in self.scan_records(unsettled=True):
+            if isinstance(found, CorruptRecordError):
+                corrupt.append(found)
+                uncounted += 1
+            else:
+                counted[found.tool, found.state] += 1
+                unsettled.append(found)
+        return Census(counted, tuple(unsettled), tuple(corrupt), uncounted)
 
     def _result_shape(self, tool: str) -> str | None:
         """The description of ``tool``'s results its processes last wrote (JSON text), if any.

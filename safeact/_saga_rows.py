@@ -12,7 +12,7 @@ from safeact._audit import record_event
 from safeact._history import saga_why
 from safeact._ledger import Ledger
 from safeact._protocol import SagaRecord, SagaState
-from safeact._rows import read_saga, readable, time_text
+from safeact._rows import Reading, member, read_saga, readable, time_text
 from safeact._tables import SCHEMA_VERSION
 from safeact.exceptions import CorruptRecordError, StoreError
 
@@ -66,6 +66,23 @@ class SagaRows(Ledger):
             if saga is not None:  # else it was purged meanwhile
                 sagas.append(saga)
         return sagas
+
+    def _saga_counts(self) -> tuple[dict[SagaState, int], int]:
+        """How many sagas are in each state, counted in SQL; and how many could not be.
+
+        A saga is counted by its state alone (the reads that show it judge the rest, and
+        ``check``); one whose stored state is not one safeact writes is not counted.
+        """
+        rows = self._read("SELECT state, count(*), min(saga_id) FROM sagas GROUP BY state", ())
+        counted: dict[SagaState, int] = {}
+        uncounted = 0
+        for state, count, saga_id in rows:
+            try:
+                with Reading(self.location, "sagas", saga_id):
+                    counted[member("state", state, SagaState)] = int(count)
+            except CorruptRecordError:
+                uncounted += int(count)
+        return counted, uncounted
 
     def _begin_saga(self, saga_id: str) -> SagaRecord:
         """Record saga ``saga_id`` as RUNNING unless it exists; return its progress."""

@@ -536,26 +536,62 @@ def test_show_marks_a_corrupt_late_completion(
     assert late[1].startswith("  (corrupt) state is 'vanished', not one of attempting, succeeded")
 
 
+def doubted(location: str | Path, key: str) -> None:
+    """Leave ``key`` in doubt, as a crash between its action and its record does."""
+    corrupt(
+        str(location),
+        "UPDATE calls SET state = 'in_doubt', doubt_reason = 'interrupted', finished_at = NULL, "
+        "result = NULL WHERE key = ?",
+        key,
+    )
+
+
 def test_stats_counts_corrupt_rows_apart(ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """`stats` counts the readable keys by state and says how many rows are corrupt; exit 0."""
+    """`stats` counts apart keys it cannot count, and sagas, and says how many; exit 0.
+
+    Those are a key of unknown state, an unreadable key in doubt, a saga of unknown state.
+    """
     two_sagas(ledger)
-    paid(ledger, "a", "k")
-    spoil(str(ledger), "k", "finished_at", "soon")
-    corrupt(str(ledger), "UPDATE sagas SET started_at = 'dawn' WHERE saga_id = 'order-1'")
+    paid(ledger, "a", "k", "m")
+    spoil(str(ledger), "k", "state", "exploded")
+    doubted(ledger, "m")
+    spoil(str(ledger), "m", "owner_pid", 0)
+    corrupt(str(ledger), "UPDATE sagas SET state = 'sulking' WHERE saga_id = 'order-1'")
     code, out, err = cli(capsys, "stats", ledger)
     lines = out.splitlines()
     assert code == 0
     assert lines[1].split() == ["pay", "0", "3", "0", "0", "0", "3"]
     assert "sagas: 1 completed" in lines
-    assert "corrupt: 1 key(s) and 1 saga(s), not counted above" in out
-    assert "2 corrupt rows" in err
+    assert "corrupt: 2 key(s) and 1 saga(s), not counted above" in out
+    assert "3 corrupt rows" in err
+
+
+def test_stats_counts_a_settled_key_by_its_tool_and_state_and_check_finds_the_rest(
+    ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`stats` counts a settled key by its tool and state; `check` finds the rest.
+
+    A settled row corrupt in another column is counted (stats counts in SQL), and named by
+    `check`, which reads every row.
+    """
+    paid(ledger, "a", "k")
+    spoil(str(ledger), "k", "finished_at", "soon")
+    code, out, err = cli(capsys, "stats", ledger, "--json")
+    assert code == 0
+    assert json.loads(out)["all"]["succeeded"] == 2
+    assert json.loads(out)["corrupt"] == {"keys": 0, "sagas": 0}
+    assert err == ""
+    code, out, _ = cli(capsys, "check", ledger)
+    assert code == 1
+    assert out.splitlines()[0] == "calls  k  finished_at is 'soon', not an ISO 8601 time"
 
 
 def test_doubt_counts_a_corrupt_key_as_needing_attention(
     ledger: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """`doubt` with nothing in doubt but a corrupt key lists it with what is wrong; exit 1."""
+    """`doubt` with nothing in doubt but a corrupt unsettled key lists it, what is wrong; exit 1."""
     paid(ledger, "a", "k")
+    doubted(ledger, "k")
     spoil(str(ledger), "k", "owner_pid", 0)
     code, out, _ = cli(capsys, "doubt", ledger)
     lines = out.splitlines()
@@ -568,6 +604,7 @@ def test_doubt_counts_a_corrupt_key_as_needing_attention(
 def test_doubt_json_prints_a_corrupt_key(ledger: Path, capsys: pytest.CaptureFixture[str]) -> None:
     """`doubt --json` prints a corrupt key as {"key", "corrupt", "column"}; exit 1."""
     paid(ledger, "k")
+    doubted(ledger, "k")
     spoil(str(ledger), "k", "lease_until", "2026-01-01T00:00:00")
     code, out, _ = cli(capsys, "doubt", ledger, "--json")
     assert code == 1
@@ -576,6 +613,22 @@ def test_doubt_json_prints_a_corrupt_key(ledger: Path, capsys: pytest.CaptureFix
         "corrupt": "lease_until is '2026-01-01T00:00:00', a time without its UTC offset",
         "column": "lease_until",
     }
+
+
+def test_doubt_reads_only_the_unsettled_keys(
+    ledger: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """`doubt` reads only the keys that may need a decision; `check` names the rest.
+
+    A settled key corrupt in a column is not doubt's business (exit 0); `check` names it.
+    """
+    paid(ledger, "a", "k")
+    spoil(str(ledger), "k", "owner_pid", 0)
+    code, out, err = cli(capsys, "doubt", ledger)
+    assert (code, out, err) == (0, "nothing in doubt\n", "")
+    code, out, _ = cli(capsys, "check", ledger)
+    assert code == 1
+    assert out.splitlines()[0] == "calls  k  owner_pid is 0, not a process id (a positive integer)"
 
 
 def test_doubt_lists_a_corrupt_late_completion_and_exits_1(
