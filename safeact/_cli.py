@@ -342,7 +342,7 @@ _MOST_ROWS = 10_000
 
 
 def _batch_size(text: str) -> int:
-    """``check --batch``: a whole number of rows, 1 to ``_MOST_ROWS``."""
+    """``check --batch``, ``purge --batch``: a whole number of rows, 1 to ``_MOST_ROWS``."""
     if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= _MOST_ROWS:
         raise argparse.ArgumentTypeError(
             f"{echoed(text)} is not a batch: give a number of rows from 1 to {_MOST_ROWS:,}"
@@ -850,7 +850,12 @@ def cmd_sagas(options: argparse.Namespace, store: Store) -> int:
 
 def cmd_purge(options: argparse.Namespace, store: Store) -> int:
     try:
-        purged = store.purge(options.older_than, states=options.state, dry_run=options.dry_run)
+        purged = store.purge(
+            options.older_than,
+            states=options.state,
+            dry_run=options.dry_run,
+            batch=options.batch,
+        )
     except ValueError as exc:
         raise _UsageError(str(exc)) from None
     if options.json:
@@ -1288,6 +1293,16 @@ def parser() -> _Parser:  # noqa: PLR0915 - a statement per command and option
         help="comma-separated (default: succeeded,failed; released is allowed)",
     )
     purge.add_argument("--dry-run", action="store_true", help="say what would go; remove nothing")
+    purge.add_argument(
+        "--batch",
+        type=_batch_size,
+        default=1000,
+        metavar="N",
+        help=(
+            "keys per transaction (default 1000, at most 10000): claims go on between "
+            "batches; an interrupted purge removed whole batches, run it again for the rest"
+        ),
+    )
 
     command(
         "stats",

@@ -661,7 +661,14 @@ def decision_refusal(
 
 
 Checkpoint: TypeAlias = Literal[
-    "before_claim", "after_claim", "after_call", "after_record", "probed", "settling", "archiving"
+    "before_claim",
+    "after_claim",
+    "after_call",
+    "after_record",
+    "probed",
+    "settling",
+    "archiving",
+    "purging",
 ]
 """The points where a crash leaves a different ledger behind.
 
@@ -669,6 +676,7 @@ The first four are the points of record-before-execute, in a call that runs the 
 (``CALL_CHECKPOINTS``); ``probed`` is after a reconciliation probe answered, ``settling``
 inside the transaction that closes an in-doubt key, before it commits; ``archiving`` inside
 a transaction of ``archive_history``, after its events are synced to the file and deleted,
+before it commits; ``purging`` inside a transaction of a purge, after its batch is removed,
 before it commits.
 """
 

@@ -20,16 +20,16 @@ import attrs
 from safeact._audit import record_event
 from safeact._history import Why
 from safeact._ledger import Ledger
-from safeact._protocol import UNSETTLED, ApprovalState, SagaState, State
+from safeact._protocol import UNSETTLED, ApprovalState, SagaState, State, checkpoint
 from safeact._rows import time_text
 
 if TYPE_CHECKING:
-    from collections.abc import Iterable
+    from collections.abc import Iterable, Iterator
     from datetime import datetime
 
     from safeact._ledger import Executor
 
-__all__ = ["Purged", "Retention"]
+__all__ = ["BATCH", "MOST", "Purged", "Retention"]
 
 
 _KEPT_STEPS = (
@@ -46,6 +46,27 @@ Its parameters: the two final saga states, then the cut-off.
 _WAITING = (ApprovalState.PENDING.value, ApprovalState.APPROVED.value)
 """Approval states that keep a key: a person has not answered, or a call is to use a yes."""
 
+_FINAL_SAGAS = (SagaState.COMPLETED.value, SagaState.COMPENSATED.value)
+"""The states of a saga a purge takes: it finished, one way or the other."""
+
+BATCH = 1000
+"""Keys (or sagas) per transaction of a purge, unless it is given another batch."""
+
+MOST = 10_000
+"""The largest batch: its keys are named one by one in the statements that check them."""
+
+
+@attrs.frozen
+class _Candidates:
+    """A read of what a purge may take, in key order.
+
+    ``sql``'s first ``?`` is the key to read after, its last the limit, ``parameters`` the
+    ones between.
+    """
+
+    sql: str
+    parameters: tuple[object, ...]
+
 
 @attrs.frozen
 class Purged:
@@ -56,7 +77,7 @@ class Purged:
 
 
 class Retention(Ledger):
-    """The purge of old settled keys and finished sagas."""
+    """The purge of old settled keys and finished sagas, a bounded transaction at a time."""
 
     def purge(
         self,
@@ -64,6 +85,7 @@ class Retention(Ledger):
         *,
         states: Iterable[State] = (State.SUCCEEDED, State.FAILED),
         dry_run: bool = False,
+        batch: int = BATCH,
     ) -> Purged:
         """Remove keys in ``states`` that finished before ``older_than``, and finished sagas.
 
@@ -77,9 +99,36 @@ class Retention(Ledger):
         ``older_than``, stays. With FAILED in ``states``, a request denied before
         ``older_than`` whose key has no other row goes too (its next call asks again).
 
-        Raises:
-            ValueError: ``states`` includes ATTEMPTING or IN_DOUBT, which are never purged.
+        At most ``batch`` keys (or sagas) go in each transaction, so other callers claim
+        keys between them; each key goes with its ``purged`` event, in one transaction. An
+        interrupted purge (a crash, a kill) has removed whole batches and nothing else: run
+        it again to remove the rest (``_purging`` yields each batch as it commits).
 
+        Raises:
+            ValueError: ``states`` includes ATTEMPTING or IN_DOUBT, which are never purged;
+                ``batch`` is not between 1 and 10,000.
+
+        """
+        keys: list[str] = []
+        sagas: list[str] = []
+        for done in self._purging(older_than, states=states, dry_run=dry_run, batch=batch):
+            keys.extend(done.keys)
+            sagas.extend(done.sagas)
+        return Purged(keys=tuple(sorted(keys)), sagas=tuple(sorted(sagas)))
+
+    def _purging(
+        self,
+        older_than: datetime,
+        *,
+        states: Iterable[State] = (State.SUCCEEDED, State.FAILED),
+        dry_run: bool = False,
+        batch: int = BATCH,
+    ) -> Iterator[Purged]:
+        """``purge``, one batch at a time: each is yielded once its transaction committed.
+
+        Each batch's candidates are read first, outside any write (a read never stops a
+        claim), then checked again, and removed, in a transaction of their own: the write
+        lock is held for what ``batch`` rows cost, not for what the ledger holds.
         """
         wanted = frozenset(states)
         if wanted & UNSETTLED:
@@ -87,50 +136,116 @@ class Retention(Ledger):
                 "ATTEMPTING and IN_DOUBT keys are never purged: resolve them first "
                 f"(asked for {', '.join(sorted(s.value for s in wanted & UNSETTLED))})"
             )
+        if not 1 <= batch <= MOST:
+            raise ValueError(f"batch must be between 1 and {MOST}, got {batch}")
         cutoff = time_text(older_than)
-        finals = (SagaState.COMPLETED.value, SagaState.COMPENSATED.value)
-        with self._errors(), self._transaction(sync=False) as db:
-            sagas = [
-                (saga_id, SagaState(state))
-                for saga_id, state in db.execute(
-                    "SELECT saga_id, state FROM sagas WHERE state IN (?, ?) AND updated_at < ? "
-                    "ORDER BY saga_id",
-                    (*finals, cutoff),
-                ).fetchall()
-            ]
-            marks = ", ".join("?" * len(wanted)) or "NULL"
-            keys = [
-                (key, attempt_id, State(state))
-                for key, attempt_id, state in db.execute(
-                    f"{_KEPT_STEPS} SELECT key, attempt_id, state FROM calls WHERE state IN "  # noqa: S608 - placeholders
-                    f"({marks}) AND finished_at < ? "
-                    "AND key NOT IN (SELECT key FROM in_kept) "
-                    # A request waiting for a person (or a yes for a call) keeps its key.
-                    "AND key NOT IN (SELECT key FROM approvals WHERE state IN (?, ?) "
-                    "OR decided_at >= ?) ORDER BY key",
-                    (*finals, cutoff, *(s.value for s in wanted), cutoff, *_WAITING, cutoff),
-                ).fetchall()
-            ]
-            denied = [] if State.FAILED not in wanted else self._denied(db, cutoff)
-            if not dry_run:
-                self._remove(db, keys, sagas)
-                self._remove_denied(db, denied)
-        return Purged(
-            keys=tuple(sorted([key for key, _, _ in keys] + denied)),
-            sagas=tuple(s for s, _ in sagas),
+        marks = ", ".join("?" * len(wanted)) or "NULL"
+        values = tuple(s.value for s in wanted)
+        keys = _Candidates(
+            f"SELECT key FROM calls WHERE key > ? AND state IN ({marks}) "  # noqa: S608 - placeholders
+            "AND finished_at < ? ORDER BY key LIMIT ?",
+            (*values, cutoff),
         )
+        sagas = _Candidates(
+            "SELECT saga_id FROM sagas WHERE saga_id > ? AND state IN (?, ?) "
+            "AND updated_at < ? ORDER BY saga_id LIMIT ?",
+            (*_FINAL_SAGAS, cutoff),
+        )
+        denied = _Candidates(
+            "SELECT key FROM approvals WHERE key > ? AND state = ? AND decided_at < ? "
+            "ORDER BY key LIMIT ?",
+            (ApprovalState.DENIED.value, cutoff),
+        )
+        # Sagas first: a purge stopped between the two leaves a finished saga's steps as
+        # plain keys, which replay; never a saga whose steps' keys are gone.
+        for candidates in self._candidates(sagas, batch):
+            with self._errors(), self._transaction(sync=False) as db:
+                finished = self._purgeable_sagas(db, candidates, cutoff)
+                if not dry_run:
+                    self._remove(db, [], finished)
+                    checkpoint("purging")
+            yield Purged(keys=(), sagas=tuple(saga for saga, _ in finished))
+        for candidates in self._candidates(keys, batch):
+            with self._errors(), self._transaction(sync=False) as db:
+                found = self._purgeable_keys(db, candidates, values, cutoff)
+                if not dry_run:
+                    self._remove(db, found, [])
+                    checkpoint("purging")
+            yield Purged(keys=tuple(key for key, _, _ in found), sagas=())
+        if State.FAILED not in wanted:
+            return
+        for candidates in self._candidates(denied, batch):
+            with self._errors(), self._transaction(sync=False) as db:
+                gone = self._denied(db, candidates, cutoff)
+                if not dry_run:
+                    self._remove_denied(db, gone)
+                    checkpoint("purging")
+            yield Purged(keys=tuple(gone), sagas=())
+
+    def _candidates(self, query: _Candidates, batch: int) -> Iterator[list[str]]:
+        """``query``'s rows, ``batch`` at a time in key order, each batch read on its own."""
+        after: object = ""  # keys and saga ids are never empty
+        while True:
+            with self._errors():
+                rows = self._read(query.sql, (after, *query.parameters, batch))
+            # A key that is not text was written outside safeact: never purged (check names it).
+            named = [key for (key,) in rows if isinstance(key, str)]
+            if named:
+                yield named
+            if len(rows) < batch:
+                return
+            after = rows[-1][0]
 
     @staticmethod
-    def _denied(db: Executor, cutoff: str | None) -> list[str]:
-        """The keys denied before ``cutoff`` with no row in ``calls``, saga steps kept aside."""
-        finals = (SagaState.COMPLETED.value, SagaState.COMPENSATED.value)
+    def _purgeable_keys(
+        db: Executor, candidates: list[str], states: tuple[str, ...], cutoff: str | None
+    ) -> list[tuple[str, str, State]]:
+        """Those of ``candidates`` a purge of ``states`` takes, as the ledger stands in ``db``."""
+        marks = ", ".join("?" * len(states))
+        named = ", ".join("?" * len(candidates))
+        return [
+            (key, attempt_id, State(state))
+            for key, attempt_id, state in db.execute(
+                f"{_KEPT_STEPS} SELECT key, attempt_id, state FROM calls WHERE key IN ({named}) "  # noqa: S608 - placeholders
+                f"AND state IN ({marks}) AND finished_at < ? "
+                "AND key NOT IN (SELECT key FROM in_kept) "
+                # A request waiting for a person (or a yes for a call) keeps its key.
+                "AND key NOT IN (SELECT key FROM approvals WHERE state IN (?, ?) "
+                "OR decided_at >= ?) ORDER BY key",
+                (*_FINAL_SAGAS, cutoff, *candidates, *states, cutoff, *_WAITING, cutoff),
+            ).fetchall()
+        ]
+
+    @staticmethod
+    def _purgeable_sagas(
+        db: Executor, candidates: list[str], cutoff: str | None
+    ) -> list[tuple[str, SagaState]]:
+        """Those of ``candidates`` finished before ``cutoff``, as the ledger stands in ``db``."""
+        named = ", ".join("?" * len(candidates))
+        return [
+            (saga_id, SagaState(state))
+            for saga_id, state in db.execute(
+                f"SELECT saga_id, state FROM sagas WHERE saga_id IN ({named}) "  # noqa: S608 - placeholders
+                "AND state IN (?, ?) AND updated_at < ? ORDER BY saga_id",
+                (*candidates, *_FINAL_SAGAS, cutoff),
+            ).fetchall()
+        ]
+
+    @staticmethod
+    def _denied(db: Executor, candidates: list[str], cutoff: str | None) -> list[str]:
+        """Those of ``candidates`` denied before ``cutoff``, as the ledger stands in ``db``.
+
+        Only those with no row in ``calls``, and not a step of a saga a purge keeps.
+        """
+        named = ", ".join("?" * len(candidates))
         return [
             str(key)
             for (key,) in db.execute(
-                f"{_KEPT_STEPS} SELECT key FROM approvals WHERE state = ? AND decided_at < ? "  # noqa: S608 - placeholders
+                f"{_KEPT_STEPS} SELECT key FROM approvals WHERE key IN ({named}) "  # noqa: S608 - placeholders
+                "AND state = ? AND decided_at < ? "
                 "AND NOT EXISTS (SELECT 1 FROM calls WHERE calls.key = approvals.key) "
                 "AND key NOT IN (SELECT key FROM in_kept) ORDER BY key",
-                (*finals, cutoff, ApprovalState.DENIED.value, cutoff),
+                (*_FINAL_SAGAS, cutoff, *candidates, ApprovalState.DENIED.value, cutoff),
             ).fetchall()
         ]
 

@@ -581,6 +581,11 @@ CASES: dict[tuple[str, str], tuple[list[str], int, Callable[[str], bool]]] = {
         0,
         lambda out: out.startswith("would remove 3 keys and 1 saga "),
     ),
+    ("purge", "--batch"): (
+        ["purge", "LEDGER", "--older-than", "0s", "--batch", "1", "--json"],
+        0,
+        lambda out: json.loads(out)["sagas"] == ["order-1"] and len(json.loads(out)["keys"]) > 1,
+    ),
     ("purge", "--json"): (
         ["purge", "LEDGER", "--older-than", "0s", "--json"],
         0,
