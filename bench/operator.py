@@ -13,7 +13,6 @@ Issue 36 holds these reads to 100 ms and 100 MB at a million keys, and to 2x gro
 
 import argparse
 import json
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -21,6 +20,7 @@ from pathlib import Path
 
 from safeact import get_store, safe
 from safeact._protocol import DoubtReason
+from tests.big_ledger import copy_key
 
 DOUBTS = 1_000
 
@@ -70,41 +70,9 @@ def make_ledger(path: Path, keys: int, doubts: int = DOUBTS) -> int:
     store.close()
     settled = max(0, keys - doubts - 2)  # a ledger of 1,000 keys is the 1,000 in doubt
     old = settled * 9 // 10
-    db = sqlite3.connect(path, isolation_level=None)
-    columns = [row[1] for row in db.execute("PRAGMA table_info(calls)")]
-    events = [row[1] for row in db.execute("PRAGMA table_info(history)") if row[1] != "seq"]
-    numbers = "WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?)"
-    db.execute("BEGIN")
-    for source, batch, count in (
-        ("settled", "old", old),
-        ("settled", "new", settled - old),
-        ("doubted", "new", doubts),
-    ):
-        aged = {"attempted_at", "finished_at", "lease_until", "at"} if batch == "old" else set()
-
-        def copy(names: list[str], named: str, aged: set[str] = aged, batch: str = batch) -> str:
-            return ", ".join(
-                f"printf('%s-{batch}-%07d', {c}, n.i)"
-                if c == named
-                else f"'{OLD}'"
-                if c in aged
-                else c
-                for c in names
-            )
-
-        db.execute(
-            f"INSERT INTO calls ({', '.join(columns)}) {numbers} "  # noqa: S608 - the table's own columns
-            f"SELECT {copy(columns, 'key')} FROM calls, n WHERE key = ?",
-            (count, source),
-        )
-        db.execute(
-            f"INSERT INTO history ({', '.join(events)}) {numbers} "  # noqa: S608 - the table's own columns
-            f"SELECT {copy(events, 'subject')} FROM history, n "
-            "WHERE seq = (SELECT min(seq) FROM history WHERE subject = ?)",
-            (count, source),
-        )
-    db.execute("COMMIT")
-    db.close()
+    copy_key(path, "settled", old, "old", at=OLD)
+    copy_key(path, "settled", settled - old, "new")
+    copy_key(path, "doubted", doubts, "new")
     return old
 
 

@@ -569,7 +569,9 @@ MUTANTS = [
                 THREAD_KEY,
                 THREAD_KEY.replace(
                     "{_thread(call)}:",
-                    "{_thread(call)}:{var_child_runnable_config.get()['metadata']['langgraph_step']}:",
+                    (
+                        "{_thread(call)}:{var_child_runnable_config.get()['metadata']['langgraph_step']}:"
+                    ),
                 ),
             )
         ],
@@ -1012,6 +1014,69 @@ MUTANTS = [
             )
         ],
         ["tests/test_check.py"],
+    ),
+    Mutant(
+        "purge every key in one transaction, whatever the batch",
+        [
+            Edit(
+                "safeact/_retention.py",
+                "        for candidates in self._candidates(keys, batch):",
+                "        for candidates in self._candidates(keys, MOST):",
+            )
+        ],
+        ["tests/test_purge_batches.py"],
+    ),
+    Mutant(
+        "purge a saga's steps before the saga",
+        [
+            Edit(
+                "safeact/_retention.py",
+                (
+                    "        for candidates in self._candidates(sagas, batch):\n"
+                    "            with self._errors(), self._transaction(sync=False) as db:\n"
+                    "                finished = self._purgeable_sagas(db, candidates, cutoff)\n"
+                    "                if not dry_run:\n"
+                    "                    self._remove(db, [], finished)\n"
+                    '                    checkpoint("purging")\n'
+                    "            yield Purged(keys=(), sagas=tuple(saga for saga, _ in finished))\n"
+                    "        for candidates in self._candidates(keys, batch):\n"
+                    "            with self._errors(), self._transaction(sync=False) as db:\n"
+                    "                found = self._purgeable_keys(db, candidates, values, cutoff)\n"
+                    "                if not dry_run:\n"
+                    "                    self._remove(db, found, [])\n"
+                    '                    checkpoint("purging")\n'
+                    "            yield Purged(keys=tuple(key for key, _, _ in found), sagas=())\n"
+                ),
+                (
+                    "        for candidates in self._candidates(keys, batch):\n"
+                    "            with self._errors(), self._transaction(sync=False) as db:\n"
+                    "                found = self._purgeable_keys(db, candidates, values, cutoff)\n"
+                    "                if not dry_run:\n"
+                    "                    self._remove(db, found, [])\n"
+                    '                    checkpoint("purging")\n'
+                    "            yield Purged(keys=tuple(key for key, _, _ in found), sagas=())\n"
+                    "        for candidates in self._candidates(sagas, batch):\n"
+                    "            with self._errors(), self._transaction(sync=False) as db:\n"
+                    "                finished = self._purgeable_sagas(db, candidates, cutoff)\n"
+                    "                if not dry_run:\n"
+                    "                    self._remove(db, [], finished)\n"
+                    '                    checkpoint("purging")\n'
+                    "            yield Purged(keys=(), sagas=tuple(saga for saga, _ in finished))\n"
+                ),
+            )
+        ],
+        ["tests/test_purge_batches.py"],
+    ),
+    Mutant(
+        "let doubt read every key again",
+        [
+            Edit(
+                "safeact/_cli.py",
+                "    found = store.scan_records(unsettled=True)\n    corrupt = [",
+                "    found = store.scan_records()\n    corrupt = [",
+            )
+        ],
+        ["tests/test_corrupt_rows.py"],
     ),
     Mutant(
         "count no person's decision in the metrics",

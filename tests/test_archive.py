@@ -36,7 +36,7 @@ from safeact._tool import SafeTool
 from tests.actions import bury_attempt, bury_owners
 from tests.test_corrupt_rows import add_event
 
-CHILD = Path(__file__).with_name("archive_child.py")
+CHILD = Path(__file__).with_name("operator_child.py")
 
 
 def line_of(kind: str, seq: int, event: Event) -> dict[str, object]:
@@ -489,9 +489,9 @@ def test_a_ledger_without_its_guard_is_not_archived(ledger: Path, tmp_path: Path
 def run_archive(
     ledger: str, archive: Path, cutoff: datetime, *options: str
 ) -> subprocess.CompletedProcess[str]:
-    """Run tests/archive_child.py to the end (or to its death)."""
+    """Run tests/operator_child.py archive to the end (or to its death)."""
     return subprocess.run(
-        [sys.executable, str(CHILD), ledger, str(archive), cutoff.isoformat(), *options],
+        [sys.executable, str(CHILD), "archive", ledger, str(archive), cutoff.isoformat(), *options],
         capture_output=True,
         text=True,
         check=False,

@@ -1,0 +1,165 @@
+"""A purge of many keys: bounded transactions, claims between them, a kill survived.
+
+Real processes: the purge runs in one (``tests/operator_child.py purge``), claims in others,
+and a SIGKILL stops a purge inside a transaction, half way through.
+"""
+
+import json
+import signal
+import subprocess
+import sys
+from datetime import datetime
+from pathlib import Path
+
+from safeact import DoubtReason, Event, Record, Saga, Why, get_store, safe
+from safeact._protocol import utc_now
+from tests.big_ledger import copy_key
+from tests.processes import TIMEOUT, run_python
+
+CHILD = Path(__file__).with_name("operator_child.py")
+
+OLD = "2026-01-01T00:00:00.000000+00:00"
+"""When the copied keys a purge takes finished."""
+
+
+def purge(location: str, before: datetime, *options: str) -> subprocess.CompletedProcess[str]:
+    """Run a purge in a process of its own, to its end or its death."""
+    return run_python(CHILD, "purge", location, before.isoformat(), *options)
+
+
+def ledger_with_kept_keys(location: str) -> tuple[list[str], list[str], datetime]:
+    """30 keys that finished before a cut-off, and keys a purge must keep; and the cut-off.
+
+    Kept: a key in doubt from before the cut-off, and keys that finished after it.
+    """
+    with get_store(location) as store:
+
+        @safe(store, name="pay")
+        def pay(key: str) -> int:
+            return 1
+
+        old = [f"old-{n:02}" for n in range(30)]
+        for key in old:
+            pay(key)
+        digest = pay._digest("doubted", (), {})
+        assert store._claim("doubted", pay.name, digest, attempt_id="d", previous=None)
+        store._mark_in_doubt("doubted", "d", DoubtReason.INTERRUPTED)
+        cutoff = utc_now()
+        for key in ("new-1", "new-2"):
+            pay(key)
+    return old, ["doubted", "new-1", "new-2"], cutoff
+
+
+def snapshot(location: str, keys: list[str]) -> dict[str, tuple[Record | None, list[Event]]]:
+    """Each key's record and whole history."""
+    with get_store(location) as store:
+        return {key: (store._stored(key), store.history(key)) for key in keys}
+
+
+def test_a_purge_killed_half_way_and_run_again_keeps_every_key_and_event_once(
+    any_ledger: str,
+) -> None:
+    """A purge SIGKILLed inside its third transaction, then run again: nothing lost or doubled.
+
+    The kill leaves two whole batches removed; the re-run removes the rest. Every kept key
+    is as it was, every event is there once, with one ``purged`` event per purged key.
+    """
+    old, kept, cutoff = ledger_with_kept_keys(any_ledger)
+    before = snapshot(any_ledger, old + kept)
+
+    killed = purge(any_ledger, cutoff, "--batch", "10", "--kill-at", "purging", "--nth", "3")
+
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    halfway = snapshot(any_ledger, old + kept)
+    gone = [key for key in old if halfway[key][0] is None]
+    assert gone == old[:20]  # two batches, in key order; the third rolled back whole
+    rerun = purge(any_ledger, cutoff, "--batch", "10")
+    assert rerun.returncode == 0, rerun.stderr
+    assert json.loads(rerun.stdout)["keys"] == old[20:]
+    after = snapshot(any_ledger, old + kept)
+    for key in kept:
+        assert after[key] == before[key]
+    for key in old:
+        record, events = after[key]
+        assert record is None
+        assert events[:-1] == before[key][1]
+        assert events[-1].why is Why.PURGED
+        assert events[-1].attempt_id == before[key][1][-1].attempt_id
+
+
+def test_claims_go_on_between_the_batches_of_a_large_purge(ledger: Path) -> None:
+    """Two processes claim keys while a third purges 20,000: claims go on between batches.
+
+    Every claim succeeds, some commit between the purge's batches, and no transaction of
+    the purge removed more than its batch (counted in SQLite's own trace of the purge's
+    statements, not timed).
+    """
+    with get_store(ledger) as store:
+
+        @safe(store, name="pay")
+        def pay(key: str) -> int:
+            return 1
+
+        pay("settled")
+        cutoff = utc_now()
+    copy_key(ledger, "settled", 20_000, "old", at=OLD)
+    claimers = [
+        subprocess.Popen(
+            [sys.executable, str(CHILD), "claim", str(ledger), name],
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for name in ("first", "second")
+    ]
+
+    purged = purge(str(ledger), cutoff, "--batch", "100", "--count-batches")
+
+    reports = [claimer.communicate(timeout=TIMEOUT) for claimer in claimers]
+    assert purged.returncode == 0, purged.stderr
+    assert [claimer.returncode for claimer in claimers] == [0, 0], reports
+    batches = json.loads(purged.stdout)["batches"]
+    assert sum(batches) == 20_001  # the copies, and the key they were copied from
+    assert max(batches) == 100
+    assert len(batches) == 201
+    outcomes = [json.loads(out)["outcomes"] for out, _ in reports]
+    for made in outcomes:
+        assert set(made) == {"Succeeded"}
+    with get_store(ledger) as store:
+        rows = store._read("SELECT seq, subject, why FROM history ORDER BY seq", ())
+    purges = [seq for seq, _, why in rows if why == Why.PURGED.value]
+    claims = [seq for seq, subject, _ in rows if subject.startswith(("first-", "second-"))]
+    assert any(purges[0] < seq < purges[-1] for seq in claims)
+
+
+def test_a_purge_stopped_between_sagas_and_keys_leaves_steps_that_replay(
+    any_ledger: str,
+) -> None:
+    """A finished saga goes before its steps' keys, so a purge stopped between them is safe.
+
+    Killed between the two, the purge leaves the steps as keys: the saga run again replays
+    its step instead of running it.
+    """
+    runs: list[str] = []
+
+    def charge(key: str, amount: int) -> int:
+        runs.append(key)
+        return amount
+
+    with get_store(any_ledger) as store:
+        with Saga("order", store) as saga:
+            saga.step(safe(store, name="pay")(charge), 7)
+        found = store.get_saga("order")
+        assert found is not None
+        (step,) = found.steps
+        cutoff = utc_now()
+
+    killed = purge(any_ledger, cutoff, "--kill-at", "purging", "--nth", "2")
+
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
+    with get_store(any_ledger) as store:
+        assert store.get_saga("order") is None
+        assert store.get(step) is not None
+        with Saga("order", store) as saga:
+            assert saga.step(safe(store, name="pay")(charge), 7) == 7
+    assert runs == [step]
