@@ -4,8 +4,9 @@ The history is append-only, and grows with every call. ``archive_history`` moves
 from before a cut-off into a file of JSON lines, batch by batch: each batch is read, written,
 flushed and fsynced, and only then deleted, in the transaction that read it, so that the
 events it drops are exactly the ones the file holds. A crash anywhere leaves every event in
-the ledger, in the file, or in both (a re-run writes those again: the same lines, the same
-``seq``). ``export_history`` writes the same lines to any stream and drops nothing.
+the ledger, in the file, or in both; a re-run finds those at the file's end and drops them
+without writing them again, so each event is in the file once. ``export_history`` writes
+the same lines to any stream and drops nothing.
 
 Never archived, whatever their age: the history of an unsettled key (ATTEMPTING, whatever
 its owner's fate, or IN_DOUBT), of a saga that is not finished, and of the steps and
@@ -144,15 +145,17 @@ class _Tally:
     corrupt: int = 0
     kept: set[tuple[str, str]] = attrs.Factory(set)
 
-    def lines(self, ledger: str, rows: Iterable[tuple[object, ...]]) -> str:
-        """The JSON lines of ``rows``, counted."""
+    def lines(
+        self, ledger: str, rows: Iterable[tuple[object, ...]], written: frozenset[str] = frozenset()
+    ) -> str:
+        """The JSON lines of ``rows``, counted; those in ``written`` (in the file) left out."""
         text = []
         for row in rows:
             line = _line(ledger, row)
             self.events += 1
             self.corrupt += line["corrupt"] is not None
             text.append(json.dumps(line, allow_nan=False) + "\n")
-        return "".join(text)
+        return "".join(line for line in text if line not in written)
 
     def result(self) -> Archived:
         return Archived(
@@ -201,8 +204,9 @@ class Archiving(Ledger):
         its directory synced), then deleted by their ``seq``, and the transaction commits.
         While it runs, the batch holds the history's lock: other writers of the ledger wait
         for it (keep ``batch`` small on a busy ledger). A crash or an error loses nothing:
-        the batch it stopped in stays in the ledger (and may be in the file too, so a
-        re-run appends the same lines again: drop duplicates by ``seq``).
+        the batch it stopped in stays in the ledger, and may be in the file too: a re-run
+        finds its lines at the file's end, drops its events without writing them again, and
+        goes on, so each event is in the file once.
 
         On PostgreSQL the role must own the ``history`` table (the one that ran ``safeact
         migrate``): the trigger that refuses deletes is disabled inside the transaction.
@@ -222,6 +226,9 @@ class Archiving(Ledger):
         tally = _Tally()
         after = 0
         with _appending(path) as file:
+            # A run stopped between a batch's sync and its commit left that batch in the
+            # file and in the ledger: its lines are the file's last, and are not written twice.
+            written = _tail(file.fileno(), _MOST)
             while True:
                 with self._errors(), self._transaction(sync=False) as db:
                     self._lock_history(db)
@@ -229,7 +236,7 @@ class Archiving(Ledger):
                     tally.kept.update(db.execute(_LEFT, (*_FINISHED, cutoff)).fetchall())
                     if rows:
                         with self._unguarded_history(db):
-                            file.write(tally.lines(self.location, rows))
+                            file.write(tally.lines(self.location, rows, written))
                             file.flush()
                             os.fsync(file.fileno())
                             marks = ", ".join("?" * len(rows))
@@ -358,6 +365,25 @@ def _appending(path: str | os.PathLike[str]) -> Iterator[TextIO]:
         _sync_directory(Path(path).absolute().parent)
     with os.fdopen(fd, "a", encoding="utf-8", newline="\n") as file:
         yield file
+
+
+def _tail(fd: int, most: int) -> frozenset[str]:
+    """The last ``most`` whole lines of the file open (readable) at ``fd``, newlines kept.
+
+    Read backwards a block at a time, so memory holds those lines, whatever the file's size.
+    """
+    start = os.fstat(fd).st_size
+    blocks: list[bytes] = []
+    newlines = 0
+    while start > 0 and newlines <= most:
+        step = min(1 << 16, start)
+        start -= step
+        blocks.insert(0, os.pread(fd, step, start))
+        newlines += blocks[0].count(b"\n")
+    whole = b"".join(blocks).split(b"\n")[:-1]  # what follows the last newline is no line
+    if start > 0:
+        whole = whole[1:]  # the first may have begun before the blocks read
+    return frozenset(line.decode("utf-8", "replace") + "\n" for line in whole[-most:])
 
 
 def _end_last_line(fd: int) -> None:

@@ -1079,6 +1079,17 @@ MUTANTS = [
         ["tests/test_corrupt_rows.py"],
     ),
     Mutant(
+        "write the lines of a stopped archive's batch again",
+        [
+            Edit(
+                "safeact/_archive.py",
+                "            written = _tail(file.fileno(), _MOST)",
+                "            written: frozenset[str] = frozenset()",
+            )
+        ],
+        ["tests/test_archive.py"],
+    ),
+    Mutant(
         "count no person's decision in the metrics",
         [Edit("safeact/_telemetry.py", "    otel.decisions.add(1, counted)", "    del counted")],
         ["tests/test_telemetry.py"],
