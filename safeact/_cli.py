@@ -62,6 +62,7 @@ from safeact._cli_json import (
 from safeact._cli_text import (
     SHORT_HASH,
     age,
+    aligned,
     approval_fields,
     approval_lines,
     approvals_table,
@@ -480,14 +481,19 @@ def _names_postgres(location: str) -> bool:
 
 
 def cmd_ls(options: argparse.Namespace, store: Store) -> int:
+    # Printed a batch at a time, as read: memory holds one batch, whatever the ledger's size.
     state = None if options.state is None else State(options.state)
-    found = store.scan_records(state=state, tool=options.tool, since=options.since)
-    if options.json:
-        _print_json(record_json(r) if isinstance(r, Record) else corrupt_json(r) for r in found)
-    else:
-        header = ["KEY", "TOOL", "STATE", "ATTEMPTED", "FINISHED", "NOTE"]
-        _print(table(header, map(ls_row, found)))
-    report_corrupt(store, found)
+    header = ["KEY", "TOOL", "STATE", "ATTEMPTED", "FINISHED", "NOTE"]
+    widths: list[int] | None = None
+    corrupt = 0
+    for found in store._record_batches(state=state, tool=options.tool, since=options.since):  # noqa: SLF001 - the operator's seat
+        corrupt += sum(isinstance(r, CorruptRecordError) for r in found)
+        if options.json:
+            _print_json(record_json(r) if isinstance(r, Record) else corrupt_json(r) for r in found)
+        else:
+            lines, widths = aligned(header, map(ls_row, found), widths)
+            _print(lines)
+    warn_corrupt(store, corrupt)
     return 0
 
 

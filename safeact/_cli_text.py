@@ -124,12 +124,26 @@ def _escape(char: str) -> str:
 
 def table(header: Sequence[str], rows: Iterable[Sequence[str]]) -> list[str]:
     """Align ``rows`` under ``header`` in columns two spaces apart, every cell ``printable``."""
-    lines = [list(header), *([printable(cell) for cell in row] for row in rows)]
-    widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
+    return aligned(header, rows, None)[0]
+
+
+def aligned(
+    header: Sequence[str], rows: Iterable[Sequence[str]], widths: list[int] | None
+) -> tuple[list[str], list[int]]:
+    """``rows`` as ``table`` aligns them, in columns ``widths`` wide; and the widths used.
+
+    With ``widths`` None, the header comes first and the columns are as wide as it and
+    ``rows`` need: a listing printed a batch at a time passes the first batch's widths on,
+    and a wider cell in a later batch pushes the rest of its line to the right.
+    """
+    lines = [[printable(cell) for cell in row] for row in rows]
+    if widths is None:
+        lines.insert(0, list(header))
+        widths = [max(len(line[i]) for line in lines) for i in range(len(header))]
     return [
         "  ".join(cell.ljust(w) for cell, w in zip(line, widths, strict=True)).rstrip()
         for line in lines
-    ]
+    ], widths
 
 
 def note(record: Record) -> str:

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Generic, TypeVar
 
 import attrs
 
-from safeact._ledger import COLUMNS, Ledger
+from safeact._ledger import ATTEMPTED_AT, COLUMNS, KEY_AT, Ledger
 from safeact._protocol import ApprovalState, Record, State, utc_now
 from safeact._rows import APPROVAL_COLUMNS, each, read_approval, time_text
 from safeact._tables import UNSETTLED_SQL
@@ -26,9 +26,6 @@ if TYPE_CHECKING:
 __all__ = ["Inbox", "Page"]
 
 _T = TypeVar("_T")
-
-_KEY, _ATTEMPTED = 0, 5
-"""Where ``COLUMNS`` has the key and the attempt's time: a page is ordered by both."""
 
 
 @attrs.frozen
@@ -74,7 +71,9 @@ class Inbox(Ledger):
         )
         # Both lists are in (attempted_at, key) order: the page is a slice of their merge,
         # and only its rows are read as records.
-        shown = sorted([*rows, *abandoned], key=lambda row: (str(row[_ATTEMPTED]), str(row[_KEY])))
+        shown = sorted(
+            [*rows, *abandoned], key=lambda row: (str(row[ATTEMPTED_AT]), str(row[KEY_AT]))
+        )
         items = each(shown[offset : offset + limit], functools.partial(self._read_seen, now))
         return Page(tuple(items), int(count) + len(abandoned), offset)
 

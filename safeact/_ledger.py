@@ -60,6 +60,9 @@ COLUMNS = (
 )
 """The columns of ``calls`` that ``read_record`` reads, in its order."""
 
+KEY_AT, ATTEMPTED_AT = 0, 5
+"""Where ``COLUMNS`` has the key and the attempt's time: listings are ordered by both."""
+
 LEASE = 30.0
 """Default seconds an owner's claim stays alive without a heartbeat."""
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from safeact._ledger import COLUMNS, Ledger
+from safeact._ledger import ATTEMPTED_AT, COLUMNS, KEY_AT, Ledger
 from safeact._protocol import UNSETTLED, Record, State, utc_now
 from safeact._rows import (
     Reading,
@@ -29,11 +29,14 @@ from safeact._tables import UNSETTLED_SQL
 from safeact.exceptions import CorruptRecordError
 
 if TYPE_CHECKING:
-    from collections.abc import Mapping
+    from collections.abc import Iterator, Mapping
     from datetime import datetime
 
 
-__all__ = ["Census", "Listing"]
+__all__ = ["BATCH", "Census", "Listing"]
+
+BATCH = 1000
+"""Rows per read of a listing a command streams (``_record_batches``)."""
 
 
 @attrs.frozen
@@ -50,6 +53,23 @@ class Census:
     unsettled: tuple[Record, ...]
     corrupt: tuple[CorruptRecordError, ...]
     uncounted: int
+
+
+def _conditions(
+    state: State | None, tool: str | None, since: datetime | None, *, unsettled: bool
+) -> tuple[str, tuple[object, ...]]:
+    """The ``WHERE`` of a listing of keys (``Listing.scan_records``), and its parameters."""
+    # An unsettled state is filtered after reading: which of the two a row reads as
+    # depends on its owner, which SQL cannot see.
+    stored = None if state is None or state in UNSETTLED else state.value
+    where = [
+        "coalesce(?, state) = state",
+        "coalesce(?, tool) = tool",
+        "attempted_at >= coalesce(?, attempted_at)",
+    ]
+    if unsettled or state in UNSETTLED:
+        where.append(f"state IN ({UNSETTLED_SQL})")
+    return " AND ".join(where), (stored, tool, time_text(since))
 
 
 class Listing(Ledger):
@@ -97,21 +117,47 @@ class Listing(Ledger):
         For listings that must show every key: a row changed outside safeact is reported,
         and does not hide the others.
         """
-        # An unsettled state is filtered after reading: which of the two a row reads as
-        # depends on its owner, which SQL cannot see.
-        stored = None if state is None or state in UNSETTLED else state.value
-        where = [
-            "coalesce(?, state) = state",
-            "coalesce(?, tool) = tool",
-            "attempted_at >= coalesce(?, attempted_at)",
-        ]
-        if unsettled or state in UNSETTLED:
-            where.append(f"state IN ({UNSETTLED_SQL})")
+        where, parameters = _conditions(state, tool, since, unsettled=unsettled)
         rows = self._read(
-            f"SELECT {COLUMNS} FROM calls WHERE {' AND '.join(where)} "  # noqa: S608 - constants
-            "ORDER BY attempted_at, key",
-            (stored, tool, time_text(since)),
+            f"SELECT {COLUMNS} FROM calls WHERE {where} ORDER BY attempted_at, key",  # noqa: S608 - constants
+            parameters,
         )
+        return self._as_seen(rows, state)
+
+    def _record_batches(
+        self,
+        *,
+        state: State | None = None,
+        tool: str | None = None,
+        since: datetime | None = None,
+        batch: int = BATCH,
+    ) -> Iterator[list[Record | CorruptRecordError]]:
+        """``scan_records``' keys, in its order, read ``batch`` rows at a time.
+
+        Each read starts after the last row of the one before (its attempt's time and key),
+        so memory holds one batch whatever the ledger's size, and each read is short (on
+        PostgreSQL, a statement of its own). A key claimed meanwhile may or may not be
+        listed; none is listed twice.
+        """
+        where, parameters = _conditions(state, tool, since, unsettled=False)
+        after: tuple[object, ...] = ()
+        while True:
+            rows = self._read(
+                f"SELECT {COLUMNS} FROM calls WHERE {where} "  # noqa: S608 - constants
+                + ("AND (attempted_at > ? OR (attempted_at = ? AND key > ?)) " if after else "")
+                + "ORDER BY attempted_at, key LIMIT ?",
+                (*parameters, *after, batch),
+            )
+            yield self._as_seen(rows, state)
+            if len(rows) < batch:
+                return
+            last = rows[-1]
+            after = (last[ATTEMPTED_AT], last[ATTEMPTED_AT], last[KEY_AT])
+
+    def _as_seen(
+        self, rows: list[tuple[object, ...]], state: State | None
+    ) -> list[Record | CorruptRecordError]:
+        """``rows`` read as ``get`` reads them now, those not in ``state`` (if given) left out."""
         now = utc_now()
         return [
             found

@@ -1090,6 +1090,17 @@ MUTANTS = [
         ["tests/test_archive.py"],
     ),
     Mutant(
+        "start each read of a listing after the batch's first row",
+        [
+            Edit(
+                "safeact/_listing.py",
+                "            last = rows[-1]\n",
+                "            last = rows[0]\n",
+            )
+        ],
+        ["tests/test_listing.py", "tests/test_cli.py"],
+    ),
+    Mutant(
         "count no person's decision in the metrics",
         [Edit("safeact/_telemetry.py", "    otel.decisions.add(1, counted)", "    del counted")],
         ["tests/test_telemetry.py"],

@@ -17,6 +17,7 @@ from safeact import Record, Saga, State, get_store, safe
 from safeact._cli import main, parser
 from safeact._tables import SCHEMA_VERSION
 from tests.actions import bury_owners
+from tests.big_ledger import copy_key
 
 V1 = Path(__file__).with_name("data") / "ledger-v1.db"
 COMMANDS = sorted(
@@ -120,6 +121,22 @@ def test_ls_shows_every_key_in_an_aligned_table(ledger: Path) -> None:
         ),
     ]
     assert [r.key for r in records] == ["pay-1", "mail-1", "pay-2", "order-1:0:pay"]
+
+
+def test_ls_lists_a_ledger_larger_than_its_batch_once_in_order(full: Path) -> None:
+    """`ls` reads 1,000 rows at a time, and lists every key once, in order, under one header.
+
+    2,500 keys more, of one attempt time, each listed once in `Store.scan_records`' order,
+    in text and in JSON.
+    """
+    copy_key(full, "pay-1", 2_500, "copy")
+    with get_store(full) as store:
+        expected = [getattr(r, "key", None) for r in store.scan_records()]
+    assert len(expected) == 2_504
+    text = run("ls", full).stdout.splitlines()
+    assert [row[0] for row in columns(text)] == ["KEY", *expected]
+    listed = [json.loads(line)["key"] for line in run("ls", full, "--json").stdout.splitlines()]
+    assert listed == expected
 
 
 def test_ls_filters_by_state(full: Path) -> None:

@@ -76,3 +76,23 @@ def test_counts_gives_each_tools_keys_per_state(store: Store) -> None:
         ("b", State.FAILED): 1,
         ("b", State.IN_DOUBT): 1,
     }
+
+
+def test_record_batches_read_every_key_once_in_order_whatever_the_ties(store: Store) -> None:
+    """A listing read 3 rows at a time is ``scan_records``: every key once, in its order.
+
+    Keys attempted at one same time included: the next read starts after a time and a key.
+    """
+    for n in range(10):
+        store._claim(f"k{n}", "a" if n % 2 else "b", "h", attempt_id=str(n), previous=None)
+    with store._transaction(sync=False) as db:
+        db.execute(
+            "UPDATE calls SET attempted_at = (SELECT min(attempted_at) FROM calls) "
+            "WHERE key IN ('k7', 'k2', 'k5', 'k0', 'k9')"
+        )
+    for tool in (None, "a"):
+        batches = list(store._record_batches(tool=tool, batch=3))
+        assert [len(found) for found in batches] == ([3, 3, 3, 1] if tool is None else [3, 2])
+        listed = [found for batch in batches for found in batch]
+        assert listed == store.scan_records(tool=tool)
+        assert len({getattr(r, "key", None) for r in listed}) == len(listed)
