@@ -8,12 +8,13 @@ event in the key's history. The consumption of an approval is the claim's
 
 from __future__ import annotations
 
+import functools
 from typing import TYPE_CHECKING
 
 import safeact._telemetry as telemetry
 from safeact._audit import record_event
 from safeact._history import Why
-from safeact._ledger import Ledger
+from safeact._ledger import READ_BATCH, Ledger
 from safeact._protocol import ApprovalState, State, decision_refusal, utc_now
 from safeact._rows import APPROVAL_COLUMNS, each, read_approval, readable, time_text
 from safeact._settings import optional_text
@@ -21,11 +22,16 @@ from safeact._tables import SCHEMA_VERSION
 from safeact.exceptions import SafeError
 
 if TYPE_CHECKING:
+    from collections.abc import Iterator
+
     from safeact._ledger import Executor
     from safeact._protocol import Approval
     from safeact.exceptions import CorruptRecordError
 
 __all__ = ["Approvals"]
+
+_REQUESTED_AT = 4
+"""Where ``APPROVAL_COLUMNS`` has the request's time (the key is first): listings order by both."""
 
 
 def _person(by: object) -> str:
@@ -42,6 +48,19 @@ def _person(by: object) -> str:
         raise ValueError("by must name the person deciding (it goes into the key's history)")
     optional_text("by", by)
     return by
+
+
+def _conditions(state: ApprovalState | None, tool: str | None) -> tuple[str, tuple[object, ...]]:
+    """The ``WHERE`` of a listing of approval requests, and its parameters."""
+    # Each condition only when asked for: ``state = ?`` lets the pending index serve.
+    where, parameters = ["1 = 1"], []
+    if state is not None:
+        where.append("state = ?")
+        parameters.append(ApprovalState(state).value)
+    if tool is not None:
+        where.append("tool = ?")
+        parameters.append(tool)
+    return " AND ".join(where), tuple(parameters)
 
 
 class Approvals(Ledger):
@@ -81,21 +100,34 @@ class Approvals(Ledger):
         For ``safeact approvals``: a row changed outside safeact is reported, and does not
         hide the requests waiting for a person.
         """
-        # Each condition only when asked for: ``state = ?`` lets the pending index serve.
-        where, parameters = [], []
-        if state is not None:
-            where.append("state = ?")
-            parameters.append(ApprovalState(state).value)
-        if tool is not None:
-            where.append("tool = ?")
-            parameters.append(tool)
-        condition = f" WHERE {' AND '.join(where)}" if where else ""
+        where, parameters = _conditions(state, tool)
         rows = self._read(
-            f"SELECT {APPROVAL_COLUMNS} FROM approvals{condition} "  # noqa: S608 - constants
+            f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE {where} "  # noqa: S608 - constants
             "ORDER BY requested_at, key",
-            tuple(parameters),
+            parameters,
         )
-        return each(rows, lambda row: read_approval(self.location, row))
+        return each(rows, functools.partial(read_approval, self.location))
+
+    def _approval_batches(
+        self,
+        *,
+        state: ApprovalState | None = ApprovalState.PENDING,
+        tool: str | None = None,
+        batch: int = READ_BATCH,
+    ) -> Iterator[list[Approval | CorruptRecordError]]:
+        """``scan_approvals``' requests, in its order, ``batch`` rows a read (``_read_batches``).
+
+        For listings printed as they are read: memory holds one batch.
+        """
+        where, parameters = _conditions(state, tool)
+        for rows in self._read_batches(
+            f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE {where}",  # noqa: S608 - constants
+            parameters,
+            by="requested_at",
+            at=(_REQUESTED_AT, 0),
+            batch=batch,
+        ):
+            yield each(rows, functools.partial(read_approval, self.location))
 
     def approve(
         self, key: str, *, by: str, note: str | None = None, args_hash: str | None = None

@@ -573,26 +573,35 @@ def cmd_doubt(options: argparse.Namespace, store: Store) -> int:
 
 
 def cmd_approvals(options: argparse.Namespace, store: Store) -> int:
-    found = store.scan_approvals(
+    # Printed a batch at a time, as read: memory holds one batch, whatever the ledger's size.
+    batches = store._approval_batches(  # noqa: SLF001 - the operator's seat
         state=None if options.every else ApprovalState.PENDING, tool=options.tool
     )
-    if options.json:
-        _print_json(approval_json(a) if isinstance(a, Approval) else corrupt_json(a) for a in found)
-    elif not found:
-        _print(["no approval requests" if options.every else "nothing waits for approval"])
-    else:
-        _print(approvals_table(found, every=options.every))
-        waiting = sum(isinstance(a, Approval) and a.state is ApprovalState.PENDING for a in found)
-        if waiting:
-            _print(
-                [
-                    "",
-                    f"{waiting} waiting for approval; after checking each one, decide with",
-                    f"  safeact approve {store.location} KEY --args-hash HASH [--note TEXT]",
-                    f"  safeact deny {store.location} KEY --note WHY",
-                ]
+    widths: list[int] | None = None
+    listed = waiting = corrupt = 0
+    for found in batches:
+        listed += len(found)
+        waiting += sum(isinstance(a, Approval) and a.state is ApprovalState.PENDING for a in found)
+        corrupt += sum(isinstance(a, CorruptRecordError) for a in found)
+        if options.json:
+            _print_json(
+                approval_json(a) if isinstance(a, Approval) else corrupt_json(a) for a in found
             )
-    report_corrupt(store, found)
+        elif found:
+            lines, widths = approvals_table(found, every=options.every, widths=widths)
+            _print(lines)
+    if not options.json and not listed:
+        _print(["no approval requests" if options.every else "nothing waits for approval"])
+    elif not options.json and waiting:
+        _print(
+            [
+                "",
+                f"{waiting} waiting for approval; after checking each one, decide with",
+                f"  safeact approve {store.location} KEY --args-hash HASH [--note TEXT]",
+                f"  safeact deny {store.location} KEY --note WHY",
+            ]
+        )
+    warn_corrupt(store, corrupt)
     return 0
 
 

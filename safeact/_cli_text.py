@@ -374,16 +374,19 @@ SHORT_HASH = 12
 """How many characters of an args hash a table shows (``--args-hash`` takes that many)."""
 
 
-def approvals_table(found: Sequence[Approval | CorruptRecordError], *, every: bool) -> list[str]:
+def approvals_table(
+    found: Sequence[Approval | CorruptRecordError], *, every: bool, widths: list[int] | None
+) -> tuple[list[str], list[int]]:
     """Approval requests as a table, oldest first; ``every``: with their state and decision.
 
-    A corrupt row is a row saying what is wrong with it, in its place.
+    A corrupt row is a row saying what is wrong with it, in its place. ``widths``: see
+    ``aligned`` (None: the first batch, with the header).
     """
     header = ["KEY", "TOOL", "REQUESTED", "ARGS HASH", "ARGUMENTS"]
     if every:
         header[2:2] = ["STATE"]
         header[-1:-1] = ["DECIDED", "BY", "NOTE"]
-    return table(header, [_approval_row(a, every=every) for a in found])
+    return aligned(header, [_approval_row(a, every=every) for a in found], widths)
 
 
 def _approval_row(found: Approval | CorruptRecordError, *, every: bool) -> list[str]:

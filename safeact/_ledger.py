@@ -15,7 +15,7 @@ import contextlib
 import os
 import threading
 from datetime import datetime
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 from safeact._history import Event, Why
 from safeact._owner import Owner, is_gone, this_process
@@ -32,6 +32,9 @@ from safeact._replay_only import in_force as replay_only_in_force
 from safeact._rows import read_record
 from safeact._settings import optional_text, seconds
 from safeact.exceptions import SafeError, StoreError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = ["COLUMNS", "LEASE", "Cursor", "Executor", "Ledger"]
 
@@ -62,6 +65,9 @@ COLUMNS = (
 
 KEY_AT, ATTEMPTED_AT = 0, 5
 """Where ``COLUMNS`` has the key and the attempt's time: listings are ordered by both."""
+
+READ_BATCH = 1000
+"""Rows per read of a listing printed as it is read (``Ledger._read_batches``)."""
 
 LEASE = 30.0
 """Default seconds an owner's claim stays alive without a heartbeat."""
@@ -275,6 +281,36 @@ class Ledger:
     def _read(self, sql: str, parameters: tuple[object, ...]) -> list[Any]:
         """Run one query outside any write transaction; return its rows."""
         raise NotImplementedError
+
+    def _read_batches(
+        self,
+        select: str,
+        parameters: tuple[object, ...],
+        *,
+        by: str,
+        at: tuple[int, int],
+        batch: int,
+    ) -> Iterator[list[Any]]:
+        """The rows of ``select`` in order of ``by`` then ``key``, ``batch`` rows a read.
+
+        ``select`` ends in its ``WHERE``'s conditions, ``at`` says where a row holds its
+        ``by`` and its key. Each read starts after the last row of the one before, so memory
+        holds one batch whatever the table's size, each read is short (on PostgreSQL, a
+        statement of its own), and no row comes twice; a row written meanwhile may or may
+        not come.
+        """
+        after: tuple[object, ...] = ()
+        while True:
+            rows = self._read(
+                select
+                + (f" AND ({by} > ? OR ({by} = ? AND key > ?))" if after else "")
+                + f" ORDER BY {by}, key LIMIT ?",
+                (*parameters, *after, batch),
+            )
+            yield rows
+            if len(rows) < batch:
+                return
+            after = (rows[-1][at[0]], rows[-1][at[0]], rows[-1][at[1]])
 
     def _errors(self) -> contextlib.AbstractContextManager[None]:
         """Turn the driver's errors into ``StoreError`` naming the ledger."""

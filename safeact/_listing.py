@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from safeact._ledger import ATTEMPTED_AT, COLUMNS, KEY_AT, Ledger
+from safeact._ledger import ATTEMPTED_AT, COLUMNS, KEY_AT, READ_BATCH, Ledger
 from safeact._protocol import UNSETTLED, Record, State, utc_now
 from safeact._rows import (
     Reading,
@@ -33,10 +33,7 @@ if TYPE_CHECKING:
     from datetime import datetime
 
 
-__all__ = ["BATCH", "Census", "Listing"]
-
-BATCH = 1000
-"""Rows per read of a listing a command streams (``_record_batches``)."""
+__all__ = ["Census", "Listing"]
 
 
 @attrs.frozen
@@ -130,29 +127,21 @@ class Listing(Ledger):
         state: State | None = None,
         tool: str | None = None,
         since: datetime | None = None,
-        batch: int = BATCH,
+        batch: int = READ_BATCH,
     ) -> Iterator[list[Record | CorruptRecordError]]:
-        """``scan_records``' keys, in its order, read ``batch`` rows at a time.
+        """``scan_records``' keys, in its order, ``batch`` rows a read (``_read_batches``).
 
-        Each read starts after the last row of the one before (its attempt's time and key),
-        so memory holds one batch whatever the ledger's size, and each read is short (on
-        PostgreSQL, a statement of its own). A key claimed meanwhile may or may not be
-        listed; none is listed twice.
+        For listings printed as they are read: memory holds one batch.
         """
         where, parameters = _conditions(state, tool, since, unsettled=False)
-        after: tuple[object, ...] = ()
-        while True:
-            rows = self._read(
-                f"SELECT {COLUMNS} FROM calls WHERE {where} "  # noqa: S608 - constants
-                + ("AND (attempted_at > ? OR (attempted_at = ? AND key > ?)) " if after else "")
-                + "ORDER BY attempted_at, key LIMIT ?",
-                (*parameters, *after, batch),
-            )
+        for rows in self._read_batches(
+            f"SELECT {COLUMNS} FROM calls WHERE {where}",  # noqa: S608 - constants
+            parameters,
+            by="attempted_at",
+            at=(ATTEMPTED_AT, KEY_AT),
+            batch=batch,
+        ):
             yield self._as_seen(rows, state)
-            if len(rows) < batch:
-                return
-            last = rows[-1]
-            after = (last[ATTEMPTED_AT], last[ATTEMPTED_AT], last[KEY_AT])
 
     def _as_seen(
         self, rows: list[tuple[object, ...]], state: State | None

@@ -1093,12 +1093,12 @@ MUTANTS = [
         "start each read of a listing after the batch's first row",
         [
             Edit(
-                "safeact/_listing.py",
-                "            last = rows[-1]\n",
-                "            last = rows[0]\n",
+                "safeact/_ledger.py",
+                "            after = (rows[-1][at[0]], rows[-1][at[0]], rows[-1][at[1]])",
+                "            after = (rows[0][at[0]], rows[0][at[0]], rows[0][at[1]])",
             )
         ],
-        ["tests/test_listing.py", "tests/test_cli.py"],
+        ["tests/test_listing.py", "tests/test_cli.py", "tests/test_cli_approvals.py"],
     ),
     Mutant(
         "count no person's decision in the metrics",

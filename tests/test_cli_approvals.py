@@ -586,3 +586,26 @@ def test_approvals_approve_and_deny_work_on_a_url(postgres_ledger: str) -> None:
         assert refunds(store)("refund-1", "ada", 50, CARD) == Succeeded("refund-1", 50)
         assert isinstance(refunds(store)("refund-2", "bob", 20, CARD), Failed)
     assert run("approvals", postgres_ledger).stdout == "nothing waits for approval\n"
+
+
+def test_approval_batches_read_every_request_once_in_order(ledger: Path) -> None:
+    """Requests read 2 rows at a time are ``scan_approvals``: each once, in its order.
+
+    Requests made at one same time included; and `approvals` prints each under one header.
+    """
+    requested(ledger, *((f"r{n}", "ann", n) for n in range(7)))
+    corrupt(
+        str(ledger),
+        "UPDATE approvals SET requested_at = (SELECT min(requested_at) FROM "
+        "approvals) WHERE key IN ('r5', 'r1', 'r3')",
+    )
+    with get_store(ledger) as store:
+        batches = list(store._approval_batches(batch=2))
+        expected = store.scan_approvals()
+    assert [len(found) for found in batches] == [2, 2, 2, 1]
+    assert [found for batch in batches for found in batch] == expected
+    rows = table_of(run("approvals", ledger).stdout)
+    assert [row[0] for row in rows] == [
+        "KEY",
+        *(a.key for a in expected if isinstance(a, Approval)),
+    ]
