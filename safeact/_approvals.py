@@ -123,7 +123,7 @@ class Approvals(Ledger):
         for rows in self._read_batches(
             f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE {where}",  # noqa: S608 - constants
             parameters,
-            by="requested_at",
+            by=("requested_at", "key"),
             at=(_REQUESTED_AT, 0),
             batch=batch,
         ):

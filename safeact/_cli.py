@@ -490,9 +490,11 @@ def cmd_ls(options: argparse.Namespace, store: Store) -> int:
         corrupt += sum(isinstance(r, CorruptRecordError) for r in found)
         if options.json:
             _print_json(record_json(r) if isinstance(r, Record) else corrupt_json(r) for r in found)
-        else:
+        elif found:
             lines, widths = aligned(header, map(ls_row, found), widths)
             _print(lines)
+    if not options.json and widths is None:
+        _print(table(header, []))
     warn_corrupt(store, corrupt)
     return 0
 
@@ -852,14 +854,23 @@ def _result_check(
 
 
 def cmd_sagas(options: argparse.Namespace, store: Store) -> int:
+    # Printed a batch at a time, as read: memory holds one batch, whatever the ledger's size.
     state = None if options.state is None else SagaState(options.state)
-    found = store.scan_sagas(state)
-    if options.json:
-        _print_json(saga_json(s) if isinstance(s, SagaRecord) else corrupt_json(s) for s in found)
-    else:
-        header = ["SAGA", "STATE", "STEPS", "STARTED", "UPDATED", "ABORTED STEP", "REASON"]
-        _print(table(header, map(saga_row, found)))
-    report_corrupt(store, found)
+    header = ["SAGA", "STATE", "STEPS", "STARTED", "UPDATED", "ABORTED STEP", "REASON"]
+    widths: list[int] | None = None
+    corrupt = 0
+    for found in store._saga_batches(state):  # noqa: SLF001 - the operator's seat
+        corrupt += sum(isinstance(s, CorruptRecordError) for s in found)
+        if options.json:
+            _print_json(
+                saga_json(s) if isinstance(s, SagaRecord) else corrupt_json(s) for s in found
+            )
+        elif found:
+            lines, widths = aligned(header, map(saga_row, found), widths)
+            _print(lines)
+    if not options.json and widths is None:
+        _print(table(header, []))
+    warn_corrupt(store, corrupt)
     return 0
 
 

@@ -287,24 +287,25 @@ class Ledger:
         select: str,
         parameters: tuple[object, ...],
         *,
-        by: str,
+        by: tuple[str, str],
         at: tuple[int, int],
         batch: int,
     ) -> Iterator[list[Any]]:
-        """The rows of ``select`` in order of ``by`` then ``key``, ``batch`` rows a read.
+        """The rows of ``select`` in order of the two columns ``by``, ``batch`` rows a read.
 
-        ``select`` ends in its ``WHERE``'s conditions, ``at`` says where a row holds its
-        ``by`` and its key. Each read starts after the last row of the one before, so memory
-        holds one batch whatever the table's size, each read is short (on PostgreSQL, a
-        statement of its own), and no row comes twice; a row written meanwhile may or may
-        not come.
+        ``select`` ends in its ``WHERE``'s conditions; ``by``'s second column is unique, and
+        ``at`` says where a row holds the two. Each read starts after the last row of the
+        one before, so memory holds one batch whatever the table's size, each read is short
+        (on PostgreSQL, a statement of its own), and no row comes twice; a row written
+        meanwhile may or may not come.
         """
         after: tuple[object, ...] = ()
         while True:
+            first, then = by
             rows = self._read(
                 select
-                + (f" AND ({by} > ? OR ({by} = ? AND key > ?))" if after else "")
-                + f" ORDER BY {by}, key LIMIT ?",
+                + (f" AND ({first} > ? OR ({first} = ? AND {then} > ?))" if after else "")
+                + f" ORDER BY {first}, {then} LIMIT ?",
                 (*parameters, *after, batch),
             )
             yield rows

@@ -137,7 +137,7 @@ class Listing(Ledger):
         for rows in self._read_batches(
             f"SELECT {COLUMNS} FROM calls WHERE {where}",  # noqa: S608 - constants
             parameters,
-            by="attempted_at",
+            by=("attempted_at", "key"),
             at=(ATTEMPTED_AT, KEY_AT),
             batch=batch,
         ):

@@ -6,15 +6,20 @@ change with its event in the saga's history.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import attrs
 
 from safeact._audit import record_event
 from safeact._history import saga_why
-from safeact._ledger import Ledger
+from safeact._ledger import READ_BATCH, Ledger
 from safeact._protocol import SagaRecord, SagaState
 from safeact._rows import Reading, member, read_saga, readable, time_text
 from safeact._tables import SCHEMA_VERSION
 from safeact.exceptions import CorruptRecordError, StoreError
+
+if TYPE_CHECKING:
+    from collections.abc import Iterator
 
 __all__ = ["SagaRows"]
 
@@ -56,14 +61,37 @@ class SagaRows(Ledger):
             "ORDER BY state != ?, started_at, saga_id",
             (None if state is None else state.value, SagaState.COMPENSATING.value),
         )
+        return self._sagas_named([saga_id for (saga_id,) in rows])
+
+    def _saga_batches(
+        self, state: SagaState | None = None, *, batch: int = READ_BATCH
+    ) -> Iterator[list[SagaRecord | CorruptRecordError]]:
+        """``scan_sagas``' sagas, in its order, ``batch`` a read (``_read_batches``).
+
+        For listings printed as they are read: memory holds one batch.
+        """
+        stuck = SagaState.COMPENSATING.value
+        for which in ("=", "!="):  # stuck rollbacks first, as scan_sagas lists them
+            for rows in self._read_batches(
+                "SELECT saga_id, started_at FROM sagas "  # noqa: S608 - constants
+                f"WHERE coalesce(?, state) = state AND state {which} ?",
+                (None if state is None else state.value, stuck),
+                by=("started_at", "saga_id"),
+                at=(1, 0),
+                batch=batch,
+            ):
+                yield self._sagas_named([saga_id for saga_id, _ in rows])
+
+    def _sagas_named(self, saga_ids: list[str]) -> list[SagaRecord | CorruptRecordError]:
+        """Each of the sagas ``saga_ids``, or its error; those purged meanwhile left out."""
         sagas: list[SagaRecord | CorruptRecordError] = []
-        for (saga_id,) in rows:
+        for saga_id in saga_ids:
             try:
                 saga = self.get_saga(saga_id)
             except CorruptRecordError as error:
                 sagas.append(error)
                 continue
-            if saga is not None:  # else it was purged meanwhile
+            if saga is not None:
                 sagas.append(saga)
         return sagas
 

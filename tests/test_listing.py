@@ -2,7 +2,7 @@
 
 import time
 
-from safeact import DoubtReason, Record, State, Store
+from safeact import DoubtReason, Record, Saga, State, Store, safe
 
 
 def fill(store: Store) -> None:
@@ -96,3 +96,30 @@ def test_record_batches_read_every_key_once_in_order_whatever_the_ties(store: St
         listed = [found for batch in batches for found in batch]
         assert listed == store.scan_records(tool=tool)
         assert len({getattr(r, "key", None) for r in listed}) == len(listed)
+
+
+def test_saga_batches_read_every_saga_once_stuck_rollbacks_first(store: Store) -> None:
+    """Sagas read 2 at a time are ``scan_sagas``: each once, a COMPENSATING one first.
+
+    Sagas started at one same time included: the next read starts after a time and an id.
+    """
+
+    @safe(store, name="pay")
+    def pay(key: str) -> int:
+        return 1
+
+    for n in range(5):
+        with Saga(f"s{n}", store) as saga:
+            saga.step(pay)
+    with store._transaction(sync=False) as db:
+        db.execute("UPDATE sagas SET state = 'compensating' WHERE saga_id = 's3'")
+        db.execute(
+            "UPDATE sagas SET started_at = (SELECT min(started_at) FROM sagas) "
+            "WHERE saga_id IN ('s4', 's1', 's2')"
+        )
+    batches = list(store._saga_batches(batch=2))
+    listed = [found for batch in batches for found in batch]
+    assert [len(found) for found in batches] == [1, 2, 2, 0]  # the last read finds none
+    assert listed == store.scan_sagas()
+    assert getattr(listed[0], "saga_id", None) == "s3"
+    assert len({getattr(s, "saga_id", None) for s in listed}) == 5
