@@ -58,9 +58,7 @@ class Inbox(Ledger):
         )
         abandoned = [
             row
-            for row, seen in zip(
-                attempting, each(attempting, functools.partial(self._read_seen, now)), strict=True
-            )
+            for row, seen in zip(attempting, each(attempting, self._reader(now)), strict=True)
             if not isinstance(seen, Record) or seen.state is State.IN_DOUBT
         ]
         marked = f"WHERE state IN ({UNSETTLED_SQL}) AND state = '{State.IN_DOUBT.value}'{where}"
@@ -74,7 +72,7 @@ class Inbox(Ledger):
         shown = sorted(
             [*rows, *abandoned], key=lambda row: (str(row[ATTEMPTED_AT]), str(row[KEY_AT]))
         )
-        items = each(shown[offset : offset + limit], functools.partial(self._read_seen, now))
+        items = each(shown[offset : offset + limit], self._reader(now))
         return Page(tuple(items), int(count) + len(abandoned), offset)
 
     def _approval_page(

@@ -34,7 +34,7 @@ from safeact._settings import optional_text, seconds
 from safeact.exceptions import SafeError, StoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Iterator
 
 __all__ = ["COLUMNS", "LEASE", "Cursor", "Executor", "Ledger"]
 
@@ -174,9 +174,35 @@ class Ledger:
         """``record`` as readers report it now (``as_seen``)."""
         return as_seen(record, self._abandonment(record, now))
 
-    def _read_seen(self, now: datetime, row: tuple[object, ...]) -> Record:
-        """A row of ``calls`` read, as readers report it ``now`` (listings, the inbox)."""
-        return self._seen(read_record(self.location, row), now)
+    def _reader(self, now: datetime) -> Callable[[tuple[object, ...]], Record]:
+        """A reader of rows of ``calls`` as readers report them ``now`` (listings, the inbox).
+
+        Each owner's fate is judged once per reader: the keys one crashed process left are
+        many rows but one question (on PostgreSQL, one query of its liveness session).
+        """
+        gone: dict[tuple[Owner, datetime | None], bool] = {}
+        lost: dict[Owner, bool] = {}
+
+        def owner_gone(record: Record) -> bool:
+            # The lease counts in the proof only for an owner of another boot (``is_gone``).
+            this_boot = record.owner.boot_id == self.owner.boot_id
+            asked = (record.owner, None if this_boot else record.lease_until)
+            if asked not in gone:
+                gone[asked] = self._owner_gone(record)
+            return gone[asked]
+
+        def owner_lost(owner: Owner) -> bool:
+            if owner not in lost:
+                lost[owner] = self._owner_lost(owner)
+            return lost[owner]
+
+        def read(row: tuple[object, ...]) -> Record:
+            record = read_record(self.location, row)
+            return as_seen(
+                record, abandonment(record, now=now, owner_gone=owner_gone, owner_lost=owner_lost)
+            )
+
+        return read
 
     def _now(self, key: str) -> Record:
         """``key``'s record just after a decision wrote it."""

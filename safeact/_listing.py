@@ -150,7 +150,7 @@ class Listing(Ledger):
         now = utc_now()
         return [
             found
-            for found in each(rows, functools.partial(self._read_seen, now))
+            for found in each(rows, self._reader(now))
             if state is None or isinstance(found, CorruptRecordError) or found.state is state
         ]
 

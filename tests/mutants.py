@@ -1101,6 +1101,28 @@ MUTANTS = [
         ["tests/test_listing.py", "tests/test_cli.py", "tests/test_cli_approvals.py"],
     ),
     Mutant(
+        "ask about an owner once per lease in a listing",
+        [
+            Edit(
+                "safeact/_ledger.py",
+                "            asked = (record.owner, None if this_boot else record.lease_until)",
+                "            asked = (record.owner, record.lease_until)",
+            )
+        ],
+        ["tests/test_listing.py"],
+    ),
+    Mutant(
+        "judge an owner of another boot once whatever its keys' leases",
+        [
+            Edit(
+                "safeact/_ledger.py",
+                "            asked = (record.owner, None if this_boot else record.lease_until)",
+                "            asked = (record.owner, None)",
+            )
+        ],
+        ["tests/test_listing.py"],
+    ),
+    Mutant(
         "count no person's decision in the metrics",
         [Edit("safeact/_telemetry.py", "    otel.decisions.add(1, counted)", "    del counted")],
         ["tests/test_telemetry.py"],

@@ -2,6 +2,8 @@
 
 import time
 
+import pytest
+
 from safeact import DoubtReason, Record, Saga, State, Store, safe
 
 
@@ -123,3 +125,47 @@ def test_saga_batches_read_every_saga_once_stuck_rollbacks_first(store: Store) -
     assert listed == store.scan_sagas()
     assert getattr(listed[0], "saga_id", None) == "s3"
     assert len({getattr(s, "saga_id", None) for s in listed}) == 5
+
+
+def test_a_listing_asks_about_each_owner_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The keys one process holds are one question about its fate, whatever their leases.
+
+    On PostgreSQL, each question is a query.
+    """
+    for n in range(3):
+        store._claim(f"k{n}", "a", "h", attempt_id=str(n), previous=None)
+        with store._transaction(sync=False) as db:
+            db.execute(
+                "UPDATE calls SET lease_until = ? WHERE key = ?",
+                (f"2999-01-0{n + 1}T00:00:00.000000+00:00", f"k{n}"),
+            )
+    asked: list[str] = []
+    judge = store._owner_gone
+
+    def counted(record: Record) -> bool:
+        asked.append(record.key)
+        return judge(record)
+
+    monkeypatch.setattr(store, "_owner_gone", counted)
+    assert [r.state for r in store.records()] == [State.ATTEMPTING] * 3
+    assert len(asked) == 1
+
+
+def test_a_listing_judges_an_owner_of_another_boot_by_each_keys_lease(store: Store) -> None:
+    """For an owner of another boot the lease is part of the proof: judged per lease.
+
+    A lease that ended before this boot began is a reboot (crashed); one that outlived it
+    is a clone's, never proof.
+    """
+    for key, lease in (("rebooted", "2000-01-01"), ("cloned", "2999-01-01")):
+        store._claim(key, "a", "h", attempt_id=key, previous=None)
+        with store._transaction(sync=False) as db:
+            db.execute(
+                "UPDATE calls SET owner_boot = 'boot-a', lease_until = ? WHERE key = ?",
+                (f"{lease}T00:00:00.000000+00:00", key),
+            )
+    reasons = {r.key: r.doubt_reason for r in store.records()}
+    assert reasons["rebooted"] is DoubtReason.CRASHED
+    assert reasons["cloned"] is not DoubtReason.CRASHED
