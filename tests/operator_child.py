@@ -56,7 +56,7 @@ def counting(batches: list[int]) -> None:
             open_count.clear()
 
     def connect_traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
-        connection = connect(*args, **kwargs)
+        connection: sqlite3.Connection = connect(*args, **kwargs)
         connection.set_trace_callback(traced)
         return connection
 
@@ -92,7 +92,7 @@ def claim(location: str, prefix: str) -> dict[str, object]:
 
         while not purging():
             time.sleep(0.001)  # polls a condition; the purge's first commit ends the wait
-        outcomes = []
+        outcomes: list[str] = []
         while left() or not outcomes:
             outcomes.append(type(during(f"{prefix}-{len(outcomes) + 1}")).__name__)
     return {"outcomes": outcomes}

@@ -8,8 +8,9 @@ import pytest
 pytest.importorskip("bench", reason="bench/ is not in the wheel that the artifact step tests")
 
 # Imported once bench/ is known to be there (ruff sees importorskip as an import).
+from bench.operator import verdicts
 from bench.round_trips import Proxy
-from bench.targets import TARGETS, Target, judge
+from bench.targets import OPERATOR_TARGETS, TARGETS, Target, judge
 from bench.timing import shares
 
 
@@ -85,3 +86,24 @@ def test_the_proxy_counts_a_round_trip_per_exchange() -> None:
             trips = proxy.round_trips
         server.join()
     assert trips == 2
+
+
+def test_operator_verdicts_judge_time_memory_and_growth() -> None:
+    """Issue 36's verdicts: milliseconds and megabytes at a million keys, and growth."""
+    small = {
+        read: {"seconds": 0.05, "peak_bytes": 30 * 2**20}
+        for read in ("doubt", "stats", "show", "ls --state in_doubt", "the in-doubt gauge")
+    }
+    large = {read: dict(at) for read, at in small.items()}
+    large["doubt"] = {"seconds": 0.07, "peak_bytes": 33 * 2**20}
+    large["stats"] = {"seconds": 1.2, "peak_bytes": 200 * 2**20}
+    judged: dict[str, tuple[float, str]] = {
+        j.figure: (round(j.measured or 0, 6), j.verdict) for j in verdicts(small, large)
+    }
+    assert judged["doubt at 1,000,000 keys"] == (70.0, "met")
+    assert judged["peak memory of doubt at 1,000,000 keys"] == (33.0, "met")
+    assert judged["doubt, 1,000,000 keys / 1,000"] == (1.4, "met")
+    assert judged["stats at 1,000,000 keys"] == (1200.0, "not met")
+    assert judged["peak memory of stats at 1,000,000 keys"] == (200.0, "not met")
+    assert judged["stats, 1,000,000 keys / 1,000"] == (24.0, "not met")
+    assert list(judged) == list(OPERATOR_TARGETS)
