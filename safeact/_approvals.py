@@ -30,9 +30,6 @@ if TYPE_CHECKING:
 
 __all__ = ["Approvals"]
 
-_REQUESTED_AT = 4
-"""Where ``APPROVAL_COLUMNS`` has the request's time (the key is first): listings order by both."""
-
 
 def _person(by: object) -> str:
     """Check who decides: a non-empty name, kept in the history.
@@ -115,17 +112,16 @@ class Approvals(Ledger):
         tool: str | None = None,
         batch: int = READ_BATCH,
     ) -> Iterator[list[Approval | CorruptRecordError]]:
-        """``scan_approvals``' requests, in its order, ``batch`` rows a read (``_read_batches``).
+        """``scan_approvals``' requests, in its order, ``batch`` at a time (``_read_stream``).
 
         For listings printed as they are read: memory holds one batch.
         """
         where, parameters = _conditions(state, tool)
-        for rows in self._read_batches(
-            f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE {where}",  # noqa: S608 - constants
+        for rows in self._read_stream(
+            f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE {where} "  # noqa: S608 - constants
+            "ORDER BY requested_at, key",
             parameters,
-            by=("requested_at", "key"),
-            at=(_REQUESTED_AT, 0),
-            batch=batch,
+            batch,
         ):
             yield each(rows, functools.partial(read_approval, self.location))
 

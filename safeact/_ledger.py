@@ -67,7 +67,7 @@ KEY_AT, ATTEMPTED_AT = 0, 5
 """Where ``COLUMNS`` has the key and the attempt's time: listings are ordered by both."""
 
 READ_BATCH = 1000
-"""Rows per read of a listing printed as it is read (``Ledger._read_batches``)."""
+"""Rows per batch of a listing printed as it is read (``Ledger._read_stream``)."""
 
 LEASE = 30.0
 """Default seconds an owner's claim stays alive without a heartbeat."""
@@ -308,36 +308,18 @@ class Ledger:
         """Run one query outside any write transaction; return its rows."""
         raise NotImplementedError
 
-    def _read_batches(
-        self,
-        select: str,
-        parameters: tuple[object, ...],
-        *,
-        by: tuple[str, str],
-        at: tuple[int, int],
-        batch: int,
+    def _read_stream(
+        self, sql: str, parameters: tuple[object, ...], batch: int
     ) -> Iterator[list[Any]]:
-        """The rows of ``select`` in order of the two columns ``by``, ``batch`` rows a read.
+        """The rows of one query, ``batch`` at a time, as the database hands them over.
 
-        ``select`` ends in its ``WHERE``'s conditions; ``by``'s second column is unique, and
-        ``at`` says where a row holds the two. Each read starts after the last row of the
-        one before, so memory holds one batch whatever the table's size, each read is short
-        (on PostgreSQL, a statement of its own), and no row comes twice; a row written
-        meanwhile may or may not come.
+        One statement, so one snapshot and one sort however many rows: memory holds one
+        batch (the database sorts on disk what does not fit). The statement stays open
+        until the last batch is taken or the iterator is closed; on SQLite that holds a
+        read snapshot (writers go on; the WAL is checkpointed past it afterwards), on
+        PostgreSQL a cursor in a transaction.
         """
-        after: tuple[object, ...] = ()
-        while True:
-            first, then = by
-            rows = self._read(
-                select
-                + (f" AND ({first} > ? OR ({first} = ? AND {then} > ?))" if after else "")
-                + f" ORDER BY {first}, {then} LIMIT ?",
-                (*parameters, *after, batch),
-            )
-            yield rows
-            if len(rows) < batch:
-                return
-            after = (rows[-1][at[0]], rows[-1][at[0]], rows[-1][at[1]])
+        raise NotImplementedError
 
     def _errors(self) -> contextlib.AbstractContextManager[None]:
         """Turn the driver's errors into ``StoreError`` naming the ledger."""

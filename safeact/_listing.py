@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 import attrs
 
-from safeact._ledger import ATTEMPTED_AT, COLUMNS, KEY_AT, READ_BATCH, Ledger
+from safeact._ledger import COLUMNS, READ_BATCH, Ledger
 from safeact._protocol import UNSETTLED, Record, State, utc_now
 from safeact._rows import (
     Reading,
@@ -129,17 +129,15 @@ class Listing(Ledger):
         since: datetime | None = None,
         batch: int = READ_BATCH,
     ) -> Iterator[list[Record | CorruptRecordError]]:
-        """``scan_records``' keys, in its order, ``batch`` rows a read (``_read_batches``).
+        """``scan_records``' keys, in its order, ``batch`` rows at a time (``_read_stream``).
 
         For listings printed as they are read: memory holds one batch.
         """
         where, parameters = _conditions(state, tool, since, unsettled=False)
-        for rows in self._read_batches(
-            f"SELECT {COLUMNS} FROM calls WHERE {where}",  # noqa: S608 - constants
+        for rows in self._read_stream(
+            f"SELECT {COLUMNS} FROM calls WHERE {where} ORDER BY attempted_at, key",  # noqa: S608 - constants
             parameters,
-            by=("attempted_at", "key"),
-            at=(ATTEMPTED_AT, KEY_AT),
-            batch=batch,
+            batch,
         ):
             yield self._as_seen(rows, state)
 

@@ -558,6 +558,21 @@ class PostgresStore(Store):
 
         return self._repeatable(query)
 
+    def _read_stream(
+        self, sql: str, parameters: tuple[object, ...], batch: int
+    ) -> Iterator[list[Any]]:
+        # A server-side cursor: the server keeps the rows, the client takes a batch a time.
+        self._check_open()
+        with (
+            self._errors(),
+            self._pool.connection() as connection,
+            connection.transaction(),
+            connection.cursor(name="safeact_listing") as cursor,
+        ):
+            cursor.execute(_placeholders(sql), parameters)
+            while rows := cursor.fetchmany(batch):
+                yield rows
+
     def _repeatable(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Do ``work``, which may safely run twice, on a pooled connection.
 

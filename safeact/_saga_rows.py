@@ -66,21 +66,18 @@ class SagaRows(Ledger):
     def _saga_batches(
         self, state: SagaState | None = None, *, batch: int = READ_BATCH
     ) -> Iterator[list[SagaRecord | CorruptRecordError]]:
-        """``scan_sagas``' sagas, in its order, ``batch`` a read (``_read_batches``).
+        """``scan_sagas``' sagas, in its order, ``batch`` at a time (``_read_stream``).
 
-        For listings printed as they are read: memory holds one batch.
+        For listings printed as they are read: memory holds one batch. Each saga is read
+        while the stream is open: on PostgreSQL that takes a second session of the pool.
         """
-        stuck = SagaState.COMPENSATING.value
-        for which in ("=", "!="):  # stuck rollbacks first, as scan_sagas lists them
-            for rows in self._read_batches(
-                "SELECT saga_id, started_at FROM sagas "  # noqa: S608 - constants
-                f"WHERE coalesce(?, state) = state AND state {which} ?",
-                (None if state is None else state.value, stuck),
-                by=("started_at", "saga_id"),
-                at=(1, 0),
-                batch=batch,
-            ):
-                yield self._sagas_named([saga_id for saga_id, _ in rows])
+        for rows in self._read_stream(
+            "SELECT saga_id FROM sagas WHERE coalesce(?, state) = state "
+            "ORDER BY state != ?, started_at, saga_id",
+            (None if state is None else state.value, SagaState.COMPENSATING.value),
+            batch,
+        ):
+            yield self._sagas_named([saga_id for (saga_id,) in rows])
 
     def _sagas_named(self, saga_ids: list[str]) -> list[SagaRecord | CorruptRecordError]:
         """Each of the sagas ``saga_ids``, or its error; those purged meanwhile left out."""

@@ -218,6 +218,21 @@ class SqliteStore(Store):
         with self._errors():
             return self._connection().execute(sql, parameters).fetchall()
 
+    def _read_stream(
+        self, sql: str, parameters: tuple[object, ...], batch: int
+    ) -> Iterator[list[Any]]:
+        with self._errors():
+            cursor = self._connection().execute(sql, parameters)
+        try:
+            while True:
+                with self._errors():
+                    rows = cursor.fetchmany(batch)
+                if not rows:
+                    return
+                yield rows
+        finally:
+            cursor.close()
+
     @contextlib.contextmanager
     def _errors(self) -> Iterator[None]:
         try:

@@ -1090,15 +1090,17 @@ MUTANTS = [
         ["tests/test_archive.py"],
     ),
     Mutant(
-        "start each read of a listing after the batch's first row",
+        "stream ls in key order, not oldest attempt first",
         [
             Edit(
-                "safeact/_ledger.py",
-                "            after = (rows[-1][at[0]], rows[-1][at[0]], rows[-1][at[1]])",
-                "            after = (rows[0][at[0]], rows[0][at[0]], rows[0][at[1]])",
+                "safeact/_listing.py",
+                'ORDER BY attempted_at, key",  # noqa: S608 - constants\n'
+                "            parameters,\n            batch,",
+                'ORDER BY key",  # noqa: S608 - constants\n'
+                "            parameters,\n            batch,",
             )
         ],
-        ["tests/test_listing.py", "tests/test_cli.py", "tests/test_cli_approvals.py"],
+        ["tests/test_listing.py", "tests/test_cli.py"],
     ),
     Mutant(
         "ask about an owner once per lease in a listing",

@@ -124,7 +124,7 @@ def test_ls_shows_every_key_in_an_aligned_table(ledger: Path) -> None:
 
 
 def test_ls_lists_a_ledger_larger_than_its_batch_once_in_order(full: Path) -> None:
-    """`ls` reads 1,000 rows at a time, and lists every key once, in order, under one header.
+    """`ls` takes 1,000 rows at a time, and lists every key once, in order, under one header.
 
     2,500 keys more, of one attempt time, each listed once in `Store.scan_records`' order,
     in text and in JSON.

@@ -589,7 +589,7 @@ def test_approvals_approve_and_deny_work_on_a_url(postgres_ledger: str) -> None:
 
 
 def test_approval_batches_read_every_request_once_in_order(ledger: Path) -> None:
-    """Requests read 2 rows at a time are ``scan_approvals``: each once, in its order.
+    """Requests taken 2 rows at a time are ``scan_approvals``: each once, in its order.
 
     Requests made at one same time included; and `approvals` prints each under one header.
     """

@@ -81,9 +81,9 @@ def test_counts_gives_each_tools_keys_per_state(store: Store) -> None:
 
 
 def test_record_batches_read_every_key_once_in_order_whatever_the_ties(store: Store) -> None:
-    """A listing read 3 rows at a time is ``scan_records``: every key once, in its order.
+    """A listing taken 3 rows at a time is ``scan_records``: every key once, in its order.
 
-    Keys attempted at one same time included: the next read starts after a time and a key.
+    Keys attempted at one same time included, in key order.
     """
     for n in range(10):
         store._claim(f"k{n}", "a" if n % 2 else "b", "h", attempt_id=str(n), previous=None)
@@ -101,9 +101,9 @@ def test_record_batches_read_every_key_once_in_order_whatever_the_ties(store: St
 
 
 def test_saga_batches_read_every_saga_once_stuck_rollbacks_first(store: Store) -> None:
-    """Sagas read 2 at a time are ``scan_sagas``: each once, a COMPENSATING one first.
+    """Sagas taken 2 at a time are ``scan_sagas``: each once, a COMPENSATING one first.
 
-    Sagas started at one same time included: the next read starts after a time and an id.
+    Sagas started at one same time included, in id order.
     """
 
     @safe(store, name="pay")
@@ -121,7 +121,7 @@ def test_saga_batches_read_every_saga_once_stuck_rollbacks_first(store: Store) -
         )
     batches = list(store._saga_batches(batch=2))
     listed = [found for batch in batches for found in batch]
-    assert [len(found) for found in batches] == [1, 2, 2, 0]  # the last read finds none
+    assert [len(found) for found in batches] == [2, 2, 1]
     assert listed == store.scan_sagas()
     assert getattr(listed[0], "saga_id", None) == "s3"
     assert len({getattr(s, "saga_id", None) for s in listed}) == 5

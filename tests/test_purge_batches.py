@@ -113,9 +113,13 @@ def test_claims_go_on_between_the_batches_of_a_large_purge(ledger: Path) -> None
         for name in ("first", "second")
     ]
 
-    purged = purge(str(ledger), cutoff, "--batch", "100", "--count-batches")
-
-    reports = [claimer.communicate(timeout=TIMEOUT) for claimer in claimers]
+    try:
+        purged = purge(str(ledger), cutoff, "--batch", "100", "--count-batches")
+        reports = [claimer.communicate(timeout=TIMEOUT) for claimer in claimers]
+    finally:
+        for claimer in claimers:  # a purge that failed leaves them waiting for it
+            claimer.kill()
+            claimer.wait()
     assert purged.returncode == 0, purged.stderr
     assert [claimer.returncode for claimer in claimers] == [0, 0], reports
     batches = json.loads(purged.stdout)["batches"]
