@@ -23,6 +23,7 @@ import getpass
 import importlib
 import importlib.metadata
 import importlib.util
+import itertools
 import json
 import os
 import re
@@ -58,6 +59,7 @@ from safeact._cli_json import (
     record_json,
     saga_json,
     show_json,
+    write_lists,
 )
 from safeact._cli_text import (
     SHORT_HASH,
@@ -875,40 +877,47 @@ def cmd_sagas(options: argparse.Namespace, store: Store) -> int:
 
 
 def cmd_purge(options: argparse.Namespace, store: Store) -> int:
+    # Printed a batch at a time, as each commits: memory holds one batch, and the lines
+    # printed are what was removed, whatever stops the rest.
+    batches = store._purging(  # noqa: SLF001 - the operator's seat
+        options.older_than, states=options.state, dry_run=options.dry_run, batch=options.batch
+    )
     try:
-        purged = store.purge(
-            options.older_than,
-            states=options.state,
-            dry_run=options.dry_run,
-            batch=options.batch,
-        )
+        first = next(batches, None)  # the refusals come before any batch
     except ValueError as exc:
         raise _UsageError(str(exc)) from None
+    done = itertools.chain([] if first is None else [first], batches)
     if options.json:
-        _print_json(
-            [
-                {
-                    "dry_run": options.dry_run,
-                    "older_than": options.older_than.isoformat(),
-                    "states": [s.value for s in options.state],
-                    "keys": list(purged.keys),
-                    "sagas": list(purged.sagas),
-                }
-            ]
+        head = {
+            "dry_run": options.dry_run,
+            "older_than": options.older_than.isoformat(),
+            "states": [s.value for s in options.state],
+        }
+        # Sagas go first, then keys: one object, written as its lists' items come.
+        pairs = (
+            (kind, name)
+            for purged in done
+            for kind, names in (("sagas", purged.sagas), ("keys", purged.keys))
+            for name in names
         )
+        write_lists(sys.stdout, head, ("sagas", "keys"), pairs)
         return 0
+    removed = Counter[str]()
+    for purged in done:
+        removed.update(saga=len(purged.sagas), key=len(purged.keys))
+        _print(
+            [f"  saga  {escaped(saga)}" for saga in purged.sagas]
+            + [f"  key   {escaped(key)}" for key in purged.keys]
+        )
+        sys.stdout.flush()
     verb = "would remove" if options.dry_run else "removed"
-    keys, sagas = len(purged.keys), len(purged.sagas)
+    keys, sagas = removed["key"], removed["saga"]
     _print(
         [
             f"{verb} {keys} key{'s' * (keys != 1)} and {sagas} saga{'s' * (sagas != 1)} "
             f"finished before {when(options.older_than)}"
             + (" (dry run: nothing was removed)" if options.dry_run else "")
         ]
-    )
-    _print(
-        [f"  key   {escaped(key)}" for key in purged.keys]
-        + [f"  saga  {escaped(saga)}" for saga in purged.sagas]
     )
     return 0
 

@@ -12,8 +12,9 @@ shape to its names).
 from __future__ import annotations
 
 import enum
+import json
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TextIO
 
 import attrs
 
@@ -22,7 +23,7 @@ from safeact._protocol import Approval, Record
 from safeact.exceptions import CorruptRecordError
 
 if TYPE_CHECKING:
-    from collections.abc import Sequence
+    from collections.abc import Iterable, Sequence
 
     from safeact._archive import Archived
     from safeact._protocol import SagaRecord
@@ -37,6 +38,7 @@ __all__ = [
     "record_json",
     "saga_json",
     "show_json",
+    "write_lists",
 ]
 
 _RECORD = (
@@ -81,7 +83,10 @@ SCHEMAS = {
     "approve": _DECISION,
     "deny": _DECISION,
     "sagas": f"one line per saga: {_SAGA}; a corrupt row: {_CORRUPT}",
-    "purge": "one object: {dry_run, older_than, states: [STATE], keys: [KEY], sagas: [SAGA_ID]}",
+    "purge": (
+        "one object: {dry_run, older_than, states: [STATE], sagas: [SAGA_ID], keys: [KEY]}, "
+        "each list in the order removed"
+    ),
     "stats": (
         "one object: {tools: {TOOL: {STATE: N, total: N}}, all: {STATE: N, total: N}, "
         "sagas: {SAGA_STATE: N}, oldest_in_doubt: {key, attempted_at, age_seconds}|null, "
@@ -184,3 +189,34 @@ def show_json(  # noqa: PLR0913 - one parameter per member
             else corrupt_json(approval)
         ),
     }
+
+
+def write_lists(
+    out: TextIO,
+    head: dict[str, object],
+    names: tuple[str, ...],
+    items: Iterable[tuple[str, object]],
+) -> None:
+    """Write one JSON object, ``head`` then a list per name of ``names``, as items come.
+
+    ``items`` are (name, item) pairs, each list's after the one before's. What is written
+    is ``json.dumps`` of the whole object, one line, without holding the lists.
+    """
+    out.write(json.dumps(head)[:-1])
+    opened, first = -1, True
+
+    def open_next() -> None:
+        nonlocal opened, first
+        opened += 1
+        before = "], " if opened else (", " if head else "")
+        out.write(f"{before}{json.dumps(names[opened])}: [")
+        first = True
+
+    for name, item in items:
+        while opened < 0 or names[opened] != name:
+            open_next()
+        out.write(("" if first else ", ") + json.dumps(item))
+        first = False
+    while opened < len(names) - 1:
+        open_next()
+    out.write("]}\n")

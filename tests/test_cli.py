@@ -1,6 +1,7 @@
 """The ``safeact`` command line, driven as users drive it: in its own process."""
 
 import argparse
+import io
 import json
 import re
 import shutil
@@ -12,9 +13,12 @@ from pathlib import Path
 
 import attrs
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from safeact import Record, Saga, State, get_store, safe
 from safeact._cli import main, parser
+from safeact._cli_json import write_lists
 from safeact._tables import SCHEMA_VERSION
 from tests.actions import bury_owners
 from tests.big_ledger import copy_key
@@ -298,17 +302,17 @@ def test_sagas_lists_each_saga_with_its_steps(full: Path) -> None:
 
 
 def test_purge_dry_run_reports_and_removes_nothing(full: Path) -> None:
-    """`purge` --dry-run names what would go, and every key is still there afterwards."""
+    """`purge` --dry-run names what would go as it reads it, then how much; nothing goes."""
     result = run("purge", full, "--older-than", "0s", "--dry-run")
     lines = result.stdout.splitlines()
     assert result.returncode == 0
-    assert lines[0].startswith("would remove 3 keys and 1 saga finished before ")
-    assert lines[1:] == [
+    assert lines[:-1] == [
+        "  saga  order-1",
         "  key   mail-1",
         "  key   order-1:0:pay",
         "  key   pay-1",
-        "  saga  order-1",
     ]
+    assert lines[-1].startswith("would remove 3 keys and 1 saga finished before ")
     with get_store(full) as store:
         assert len(store.records()) == 4
 
@@ -316,7 +320,7 @@ def test_purge_dry_run_reports_and_removes_nothing(full: Path) -> None:
 def test_purge_removes_settled_keys_from_ls(full: Path) -> None:
     """`purge` removes the settled keys and sagas; ls then lists only the unsettled key."""
     result = run("purge", full, "--older-than", "0s")
-    assert result.stdout.splitlines()[0].startswith("removed 3 keys and 1 saga finished before ")
+    assert result.stdout.splitlines()[-1].startswith("removed 3 keys and 1 saga finished before ")
     assert [row[0] for row in columns(run("ls", full).stdout.splitlines())] == ["KEY", "pay-2"]
 
 
@@ -561,3 +565,18 @@ def test_ls_says_which_process_runs_a_live_key(
     assert main(["ls", str(ledger)]) == 0
     row = columns(capsys.readouterr().out.splitlines())[1]
     assert row[-1] == f"running: process {owner.pid} on {owner.host}"
+
+
+@given(
+    head=st.dictionaries(st.text(), st.integers() | st.text(), max_size=3),
+    sagas=st.lists(st.text()),
+    keys=st.lists(st.text()),
+)
+def test_write_lists_writes_the_whole_objects_json(
+    head: dict[str, object], sagas: list[str], keys: list[str]
+) -> None:
+    """Written an item at a time, the object is ``json.dumps`` of it whole, on one line."""
+    out = io.StringIO()
+    items = [*(("sagas", s) for s in sagas), *(("keys", k) for k in keys)]
+    write_lists(out, head, ("sagas", "keys"), items)
+    assert out.getvalue() == json.dumps({**head, "sagas": sagas, "keys": keys}) + "\n"
