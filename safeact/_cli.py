@@ -33,7 +33,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
-from typing import TYPE_CHECKING, NoReturn, cast
+from typing import TYPE_CHECKING, NoReturn, TypeVar, cast
 
 import safeact._cli_serve as serving
 from safeact._cli_batch import (
@@ -94,7 +94,6 @@ from safeact._protocol import (
     Approval,
     ApprovalState,
     Record,
-    SagaRecord,
     SagaState,
     State,
     utc_now,
@@ -384,6 +383,8 @@ def _as_typed(value: str) -> bytes:
 
 
 _KEY = utf8_text("so no key can match it (keys are stored as UTF-8 text)")
+_T = TypeVar("_T")
+
 _TOOL = utf8_text("so no tool's name can match it (names are stored as UTF-8 text)")
 _ATTEMPT = utf8_text("so no attempt id can match it (ids are stored as UTF-8 text)")
 _NOTE = utf8_text("so it cannot be stored (the ledger keeps notes as UTF-8 text)")
@@ -483,22 +484,45 @@ def _names_postgres(location: str) -> bool:
 
 
 def cmd_ls(options: argparse.Namespace, store: Store) -> int:
-    # Printed a batch at a time, as read: memory holds one batch, whatever the ledger's size.
     state = None if options.state is None else State(options.state)
-    header = ["KEY", "TOOL", "STATE", "ATTEMPTED", "FINISHED", "NOTE"]
+    _print_listing(
+        store,
+        store._record_batches(state=state, tool=options.tool, since=options.since),  # noqa: SLF001 - the operator's seat
+        as_json=record_json if options.json else None,
+        header=["KEY", "TOOL", "STATE", "ATTEMPTED", "FINISHED", "NOTE"],
+        cells=ls_row,
+    )
+    return 0
+
+
+def _print_listing(
+    store: Store,
+    batches: Iterable[Sequence[_T | CorruptRecordError]],
+    *,
+    as_json: Callable[[_T], dict[str, object]] | None,
+    header: list[str],
+    cells: Callable[[_T | CorruptRecordError], list[str]],
+) -> None:
+    """Print a listing a batch at a time, as read: memory holds one batch.
+
+    JSON lines with ``as_json``, else a table of ``cells`` under ``header``; corrupt rows
+    in their place, and counted on stderr.
+    """
     widths: list[int] | None = None
     corrupt = 0
-    for found in store._record_batches(state=state, tool=options.tool, since=options.since):  # noqa: SLF001 - the operator's seat
-        corrupt += sum(isinstance(r, CorruptRecordError) for r in found)
-        if options.json:
-            _print_json(record_json(r) if isinstance(r, Record) else corrupt_json(r) for r in found)
+    for found in batches:
+        corrupt += sum(isinstance(item, CorruptRecordError) for item in found)
+        if as_json is not None:
+            _print_json(
+                corrupt_json(item) if isinstance(item, CorruptRecordError) else as_json(item)
+                for item in found
+            )
         elif found:
-            lines, widths = aligned(header, map(ls_row, found), widths)
+            lines, widths = aligned(header, map(cells, found), widths)
             _print(lines)
-    if not options.json and widths is None:
+    if as_json is None and widths is None:
         _print(table(header, []))
     warn_corrupt(store, corrupt)
-    return 0
 
 
 def cmd_show(options: argparse.Namespace, store: Store) -> int:
@@ -856,23 +880,14 @@ def _result_check(
 
 
 def cmd_sagas(options: argparse.Namespace, store: Store) -> int:
-    # Printed a batch at a time, as read: memory holds one batch, whatever the ledger's size.
     state = None if options.state is None else SagaState(options.state)
-    header = ["SAGA", "STATE", "STEPS", "STARTED", "UPDATED", "ABORTED STEP", "REASON"]
-    widths: list[int] | None = None
-    corrupt = 0
-    for found in store._saga_batches(state):  # noqa: SLF001 - the operator's seat
-        corrupt += sum(isinstance(s, CorruptRecordError) for s in found)
-        if options.json:
-            _print_json(
-                saga_json(s) if isinstance(s, SagaRecord) else corrupt_json(s) for s in found
-            )
-        elif found:
-            lines, widths = aligned(header, map(saga_row, found), widths)
-            _print(lines)
-    if not options.json and widths is None:
-        _print(table(header, []))
-    warn_corrupt(store, corrupt)
+    _print_listing(
+        store,
+        store._saga_batches(state),  # noqa: SLF001 - the operator's seat
+        as_json=saga_json if options.json else None,
+        header=["SAGA", "STATE", "STEPS", "STARTED", "UPDATED", "ABORTED STEP", "REASON"],
+        cells=saga_row,
+    )
     return 0
 
 
