@@ -88,7 +88,7 @@ def claim(location: str, prefix: str) -> dict[str, object]:
             return bool(store._read("SELECT 1 FROM history WHERE why = 'purged' LIMIT 1", ()))
 
         def left() -> bool:
-            return bool(store._read("SELECT 1 FROM calls WHERE key LIKE '%-old-%' LIMIT 1", ()))
+            return bool(store._read("SELECT 1 FROM calls WHERE key LIKE ? LIMIT 1", ("%-old-%",)))
 
         while not purging():
             time.sleep(0.001)  # polls a condition; the purge's first commit ends the wait

@@ -87,14 +87,46 @@ def test_a_purge_killed_half_way_and_run_again_keeps_every_key_and_event_once(
         assert events[-1].attempt_id == before[key][1][-1].attempt_id
 
 
-def test_claims_go_on_between_the_batches_of_a_large_purge(ledger: Path) -> None:
+def count_deletes(location: str) -> None:
+    """On PostgreSQL, have the server log each row of ``calls`` deleted, by transaction."""
+    if not location.startswith("postgresql://"):
+        return  # SQLite: the purging process counts them in SQLite's trace (--count-batches)
+    import psycopg
+
+    with psycopg.connect(location) as db:
+        db.execute("CREATE TABLE deleted (seq bigserial PRIMARY KEY, txid bigint NOT NULL)")
+        db.execute(
+            "CREATE FUNCTION log_deleted() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN "
+            "INSERT INTO deleted (txid) VALUES (txid_current()); RETURN NULL; END $$"
+        )
+        db.execute(
+            "CREATE TRIGGER deleted AFTER DELETE ON calls FOR EACH ROW "
+            "EXECUTE FUNCTION log_deleted()"
+        )
+
+
+def deletes_per_transaction(location: str, purged: subprocess.CompletedProcess[str]) -> list[int]:
+    """How many rows of ``calls`` each transaction of the purge deleted, as the database ran them.
+
+    SQLite's trace of the purging process, or the server's log (``count_deletes``).
+    """
+    if not location.startswith("postgresql://"):
+        batches: list[int] = json.loads(purged.stdout)["batches"]
+        return batches
+    import psycopg
+
+    with psycopg.connect(location) as db:
+        rows = db.execute("SELECT count(*) FROM deleted GROUP BY txid ORDER BY min(seq)")
+        return [int(n) for (n,) in rows]
+
+
+def test_claims_go_on_between_the_batches_of_a_large_purge(any_ledger: str) -> None:
     """Two processes claim keys while a third purges 20,000: claims go on between batches.
 
     Every claim succeeds, some commit between the purge's batches, and no transaction of
-    the purge removed more than its batch (counted in SQLite's own trace of the purge's
-    statements, not timed).
+    the purge removed more than its batch (counted by the database, not timed).
     """
-    with get_store(ledger) as store:
+    with get_store(any_ledger) as store:
 
         @safe(store, name="pay")
         def pay(key: str) -> int:
@@ -102,19 +134,20 @@ def test_claims_go_on_between_the_batches_of_a_large_purge(ledger: Path) -> None
 
         pay("settled")
         cutoff = utc_now()
-    copy_key(ledger, "settled", 20_000, "old", at=OLD)
+    copy_key(any_ledger, "settled", 20_000, "old", at=OLD)
+    count_deletes(any_ledger)
     claimers = [
         subprocess.Popen(
-            [sys.executable, str(CHILD), "claim", str(ledger), name],
+            [sys.executable, str(CHILD), "claim", any_ledger, name],
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             text=True,
         )
         for name in ("first", "second")
     ]
-
     try:
-        purged = purge(str(ledger), cutoff, "--batch", "100", "--count-batches")
+        traced = () if any_ledger.startswith("postgresql://") else ("--count-batches",)
+        purged = purge(any_ledger, cutoff, "--batch", "100", *traced)
         reports = [claimer.communicate(timeout=TIMEOUT) for claimer in claimers]
     finally:
         for claimer in claimers:  # a purge that failed leaves them waiting for it
@@ -122,14 +155,14 @@ def test_claims_go_on_between_the_batches_of_a_large_purge(ledger: Path) -> None
             claimer.wait()
     assert purged.returncode == 0, purged.stderr
     assert [claimer.returncode for claimer in claimers] == [0, 0], reports
-    batches = json.loads(purged.stdout)["batches"]
+    batches = deletes_per_transaction(any_ledger, purged)
     assert sum(batches) == 20_001  # the copies, and the key they were copied from
     assert max(batches) == 100
     assert len(batches) == 201
     outcomes = [json.loads(out)["outcomes"] for out, _ in reports]
     for made in outcomes:
         assert set(made) == {"Succeeded"}
-    with get_store(ledger) as store:
+    with get_store(any_ledger) as store:
         rows = store._read("SELECT seq, subject, why FROM history ORDER BY seq", ())
     purges = [seq for seq, _, why in rows if why == Why.PURGED.value]
     claims = [seq for seq, subject, _ in rows if subject.startswith(("first-", "second-"))]
