@@ -50,7 +50,7 @@ class Inbox(Ledger):
         cannot be read is its error, in its place.
         """
         where, parameters = _filters("attempted_at", tool, before)
-        now = utc_now()
+        read = self._reader(utc_now())  # one reader: each owner asked about once
         attempting = self._read(
             f"SELECT {COLUMNS} FROM calls WHERE state IN ({UNSETTLED_SQL}) "  # noqa: S608 - constants
             f"AND state = '{State.ATTEMPTING.value}'{where}",
@@ -58,7 +58,7 @@ class Inbox(Ledger):
         )
         abandoned = [
             row
-            for row, seen in zip(attempting, each(attempting, self._reader(now)), strict=True)
+            for row, seen in zip(attempting, each(attempting, read), strict=True)
             if not isinstance(seen, Record) or seen.state is State.IN_DOUBT
         ]
         marked = f"WHERE state IN ({UNSETTLED_SQL}) AND state = '{State.IN_DOUBT.value}'{where}"
@@ -72,7 +72,7 @@ class Inbox(Ledger):
         shown = sorted(
             [*rows, *abandoned], key=lambda row: (str(row[ATTEMPTED_AT]), str(row[KEY_AT]))
         )
-        items = each(shown[offset : offset + limit], self._reader(now))
+        items = each(shown[offset : offset + limit], read)
         return Page(tuple(items), int(count) + len(abandoned), offset)
 
     def _approval_page(
