@@ -22,7 +22,7 @@ from safeact._tables import SCHEMA_VERSION
 from safeact.exceptions import SafeError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Generator
 
     from safeact._ledger import Executor
     from safeact._protocol import Approval
@@ -111,19 +111,19 @@ class Approvals(Ledger):
         state: ApprovalState | None = ApprovalState.PENDING,
         tool: str | None = None,
         batch: int = READ_BATCH,
-    ) -> Iterator[list[Approval | CorruptRecordError]]:
+    ) -> Generator[list[Approval | CorruptRecordError], None, None]:
         """``scan_approvals``' requests, in its order, ``batch`` at a time (``_read_stream``).
 
         For listings printed as they are read: memory holds one batch.
         """
         where, parameters = _conditions(state, tool)
-        for rows in self._read_stream(
+        return self._read_stream(
             f"SELECT {APPROVAL_COLUMNS} FROM approvals WHERE {where} "  # noqa: S608 - constants
             "ORDER BY requested_at, key",
             parameters,
             batch,
-        ):
-            yield each(rows, functools.partial(read_approval, self.location))
+            functools.partial(each, read=functools.partial(read_approval, self.location)),
+        )
 
     def approve(
         self, key: str, *, by: str, note: str | None = None, args_hash: str | None = None

@@ -29,7 +29,7 @@ import os
 import re
 import sys
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Generator, Iterable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from types import ModuleType
@@ -497,7 +497,7 @@ def cmd_ls(options: argparse.Namespace, store: Store) -> int:
 
 def _print_listing(
     store: Store,
-    batches: Iterable[Sequence[_T | CorruptRecordError]],
+    batches: Generator[Sequence[_T | CorruptRecordError], None, None],
     *,
     as_json: Callable[[_T], dict[str, object]] | None,
     header: list[str],
@@ -510,16 +510,18 @@ def _print_listing(
     """
     widths: list[int] | None = None
     corrupt = 0
-    for found in batches:
-        corrupt += sum(isinstance(item, CorruptRecordError) for item in found)
-        if as_json is not None:
-            _print_json(
-                corrupt_json(item) if isinstance(item, CorruptRecordError) else as_json(item)
-                for item in found
-            )
-        elif found:
-            lines, widths = aligned(header, map(cells, found), widths)
-            _print(lines)
+    # Closed here, whatever stops the printing: its statement ends before the store does.
+    with contextlib.closing(batches):
+        for found in batches:
+            corrupt += sum(isinstance(item, CorruptRecordError) for item in found)
+            if as_json is not None:
+                _print_json(
+                    corrupt_json(item) if isinstance(item, CorruptRecordError) else as_json(item)
+                    for item in found
+                )
+            elif found:
+                lines, widths = aligned(header, map(cells, found), widths)
+                _print(lines)
     if as_json is None and widths is None:
         _print(table(header, []))
     warn_corrupt(store, corrupt)
@@ -607,17 +609,20 @@ def cmd_approvals(options: argparse.Namespace, store: Store) -> int:
     )
     widths: list[int] | None = None
     listed = waiting = corrupt = 0
-    for found in batches:
-        listed += len(found)
-        waiting += sum(isinstance(a, Approval) and a.state is ApprovalState.PENDING for a in found)
-        corrupt += sum(isinstance(a, CorruptRecordError) for a in found)
-        if options.json:
-            _print_json(
-                approval_json(a) if isinstance(a, Approval) else corrupt_json(a) for a in found
+    with contextlib.closing(batches):  # as in _print_listing
+        for found in batches:
+            listed += len(found)
+            waiting += sum(
+                isinstance(a, Approval) and a.state is ApprovalState.PENDING for a in found
             )
-        elif found:
-            lines, widths = approvals_table(found, every=options.every, widths=widths)
-            _print(lines)
+            corrupt += sum(isinstance(a, CorruptRecordError) for a in found)
+            if options.json:
+                _print_json(
+                    approval_json(a) if isinstance(a, Approval) else corrupt_json(a) for a in found
+                )
+            elif found:
+                lines, widths = approvals_table(found, every=options.every, widths=widths)
+                _print(lines)
     if not options.json and not listed:
         _print(["no approval requests" if options.every else "nothing waits for approval"])
     elif not options.json and waiting:

@@ -15,7 +15,7 @@ import contextlib
 import os
 import threading
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from safeact._history import Event, Why
 from safeact._owner import Owner, is_gone, this_process
@@ -34,7 +34,7 @@ from safeact._settings import optional_text, seconds
 from safeact.exceptions import SafeError, StoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Generator
 
 __all__ = ["COLUMNS", "LEASE", "Cursor", "Executor", "Ledger"]
 
@@ -62,6 +62,8 @@ COLUMNS = (
     "error_message, doubt_reason, owner_group, arguments"
 )
 """The columns of ``calls`` that ``read_record`` reads, in its order."""
+
+_T = TypeVar("_T")
 
 KEY_AT, ATTEMPTED_AT = 0, 5
 """Where ``COLUMNS`` has the key and the attempt's time: listings are ordered by both."""
@@ -309,15 +311,19 @@ class Ledger:
         raise NotImplementedError
 
     def _read_stream(
-        self, sql: str, parameters: tuple[object, ...], batch: int
-    ) -> Iterator[list[Any]]:
-        """The rows of one query, ``batch`` at a time, as the database hands them over.
+        self,
+        sql: str,
+        parameters: tuple[object, ...],
+        batch: int,
+        read: Callable[[list[Any]], _T],
+    ) -> Generator[_T, None, None]:
+        """The rows of one query, ``batch`` at a time, each batch as ``read`` reads it.
 
         One statement, so one snapshot and one sort however many rows: memory holds one
         batch (the database sorts on disk what does not fit). The statement stays open
-        until the last batch is taken or the iterator is closed; on SQLite that holds a
-        read snapshot (writers go on; the WAL is checkpointed past it afterwards), on
-        PostgreSQL a cursor in a transaction.
+        until the last batch is taken or the generator is closed (close it before the
+        store, with ``contextlib.closing``): on SQLite a read snapshot (writers go on; the
+        WAL is checkpointed past it afterwards), on PostgreSQL a cursor in a transaction.
         """
         raise NotImplementedError
 

@@ -29,7 +29,7 @@ from safeact._tables import UNSETTLED_SQL
 from safeact.exceptions import CorruptRecordError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator, Mapping
+    from collections.abc import Generator, Mapping
     from datetime import datetime
 
 
@@ -128,18 +128,18 @@ class Listing(Ledger):
         tool: str | None = None,
         since: datetime | None = None,
         batch: int = READ_BATCH,
-    ) -> Iterator[list[Record | CorruptRecordError]]:
+    ) -> Generator[list[Record | CorruptRecordError], None, None]:
         """``scan_records``' keys, in its order, ``batch`` rows at a time (``_read_stream``).
 
         For listings printed as they are read: memory holds one batch.
         """
         where, parameters = _conditions(state, tool, since, unsettled=False)
-        for rows in self._read_stream(
+        return self._read_stream(
             f"SELECT {COLUMNS} FROM calls WHERE {where} ORDER BY attempted_at, key",  # noqa: S608 - constants
             parameters,
             batch,
-        ):
-            yield self._as_seen(rows, state)
+            functools.partial(self._as_seen, state=state),
+        )
 
     def _as_seen(
         self, rows: list[tuple[object, ...]], state: State | None

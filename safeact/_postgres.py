@@ -36,7 +36,7 @@ from safeact._tables import SCHEMA_VERSION, TABLES, postgres_ddl
 from safeact.exceptions import StoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Callable, Iterator
+    from collections.abc import Callable, Generator, Iterator
 
     from safeact._history import Event
     from safeact._ledger import Executor
@@ -559,8 +559,12 @@ class PostgresStore(Store):
         return self._repeatable(query)
 
     def _read_stream(
-        self, sql: str, parameters: tuple[object, ...], batch: int
-    ) -> Iterator[list[Any]]:
+        self,
+        sql: str,
+        parameters: tuple[object, ...],
+        batch: int,
+        read: Callable[[list[Any]], T],
+    ) -> Generator[T, None, None]:
         # A server-side cursor: the server keeps the rows, the client takes a batch a time.
         self._check_open()
         with (
@@ -571,7 +575,7 @@ class PostgresStore(Store):
         ):
             cursor.execute(_placeholders(sql), parameters)
             while rows := cursor.fetchmany(batch):
-                yield rows
+                yield read(rows)
 
     def _repeatable(self, work: Callable[[psycopg.Connection[Any]], T]) -> T:
         """Do ``work``, which may safely run twice, on a pooled connection.

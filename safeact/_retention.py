@@ -13,6 +13,8 @@ is, when FAILED is asked for and it was denied before the cut-off.
 
 from __future__ import annotations
 
+import contextlib
+import time
 from typing import TYPE_CHECKING
 
 import attrs
@@ -159,14 +161,14 @@ class Retention(Ledger):
         # Sagas first: a purge stopped between the two leaves a finished saga's steps as
         # plain keys, which replay; never a saga whose steps' keys are gone.
         for candidates in self._candidates(sagas, batch):
-            with self._errors(), self._transaction(sync=False) as db:
+            with self._batch(dry_run=dry_run) as db:
                 finished = self._purgeable_sagas(db, candidates, cutoff)
                 if not dry_run:
                     self._remove(db, [], finished)
                     checkpoint("purging")
             yield Purged(keys=(), sagas=tuple(saga for saga, _ in finished))
         for candidates in self._candidates(keys, batch):
-            with self._errors(), self._transaction(sync=False) as db:
+            with self._batch(dry_run=dry_run) as db:
                 found = self._purgeable_keys(db, candidates, values, cutoff)
                 if not dry_run:
                     self._remove(db, found, [])
@@ -175,12 +177,28 @@ class Retention(Ledger):
         if State.FAILED not in wanted:
             return
         for candidates in self._candidates(denied, batch):
-            with self._errors(), self._transaction(sync=False) as db:
+            with self._batch(dry_run=dry_run) as db:
                 gone = self._denied(db, candidates, cutoff)
                 if not dry_run:
                     self._remove_denied(db, gone)
                     checkpoint("purging")
             yield Purged(keys=tuple(gone), sagas=())
+
+    @contextlib.contextmanager
+    def _batch(self, *, dry_run: bool) -> Iterator[Executor]:
+        """One batch's transaction; then, unless a dry run, a pause as long as it took.
+
+        SQLite hands its write lock to no one in particular: a purge that began its next
+        batch at once would take the lock again before a waiting claim's busy handler woke
+        (it sleeps up to 100 ms between tries), batch after batch, and claims would wait for
+        the whole purge, or fail after the busy timeout. Pausing as long as each batch held
+        the lock leaves it free half the time, so each waiting claim soon finds it free.
+        """
+        started = time.monotonic()
+        with self._errors(), self._transaction(sync=False) as db:
+            yield db
+        if not dry_run:
+            time.sleep(time.monotonic() - started)
 
     def _candidates(self, query: _Candidates, batch: int) -> Iterator[list[str]]:
         """``query``'s rows, ``batch`` at a time in key order, each batch read on its own."""

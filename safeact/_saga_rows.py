@@ -19,7 +19,7 @@ from safeact._tables import SCHEMA_VERSION
 from safeact.exceptions import CorruptRecordError, StoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Generator
 
 __all__ = ["SagaRows"]
 
@@ -65,19 +65,19 @@ class SagaRows(Ledger):
 
     def _saga_batches(
         self, state: SagaState | None = None, *, batch: int = READ_BATCH
-    ) -> Iterator[list[SagaRecord | CorruptRecordError]]:
+    ) -> Generator[list[SagaRecord | CorruptRecordError], None, None]:
         """``scan_sagas``' sagas, in its order, ``batch`` at a time (``_read_stream``).
 
         For listings printed as they are read: memory holds one batch. Each saga is read
         while the stream is open: on PostgreSQL that takes a second session of the pool.
         """
-        for rows in self._read_stream(
+        return self._read_stream(
             "SELECT saga_id FROM sagas WHERE coalesce(?, state) = state "
             "ORDER BY state != ?, started_at, saga_id",
             (None if state is None else state.value, SagaState.COMPENSATING.value),
             batch,
-        ):
-            yield self._sagas_named([saga_id for (saga_id,) in rows])
+            lambda rows: self._sagas_named([saga_id for (saga_id,) in rows]),
+        )
 
     def _sagas_named(self, saga_ids: list[str]) -> list[SagaRecord | CorruptRecordError]:
         """Each of the sagas ``saga_ids``, or its error; those purged meanwhile left out."""

@@ -9,7 +9,7 @@ import stat
 import threading
 import weakref
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from safeact._audit import APPEND_IF_CHANGED, FINISH_ATTEMPTING, finish_values
 from safeact._group_commit import GroupCommit
@@ -29,13 +29,15 @@ from safeact._tables import SCHEMA_VERSION
 from safeact.exceptions import StoreError
 
 if TYPE_CHECKING:
-    from collections.abc import Iterator
+    from collections.abc import Callable, Generator, Iterator
 
     from safeact._history import Event
     from safeact._ledger import Cursor, Executor
     from safeact._protocol import Approval, Record
 
 __all__ = ["SqliteStore"]
+
+_T = TypeVar("_T")
 
 
 _HISTORY_GUARD = "history_is_append_only_delete"
@@ -219,8 +221,12 @@ class SqliteStore(Store):
             return self._connection().execute(sql, parameters).fetchall()
 
     def _read_stream(
-        self, sql: str, parameters: tuple[object, ...], batch: int
-    ) -> Iterator[list[Any]]:
+        self,
+        sql: str,
+        parameters: tuple[object, ...],
+        batch: int,
+        read: Callable[[list[Any]], _T],
+    ) -> Generator[_T, None, None]:
         with self._errors():
             cursor = self._connection().execute(sql, parameters)
         try:
@@ -229,7 +235,7 @@ class SqliteStore(Store):
                     rows = cursor.fetchmany(batch)
                 if not rows:
                     return
-                yield rows
+                yield read(rows)
         finally:
             cursor.close()
 

@@ -8,6 +8,7 @@ import json
 import signal
 import subprocess
 import sys
+import time
 from datetime import datetime
 from pathlib import Path
 
@@ -120,6 +121,15 @@ def deletes_per_transaction(location: str, purged: subprocess.CompletedProcess[s
         return [int(n) for (n,) in rows]
 
 
+def claiming(location: str, claimers: list[subprocess.Popen[str]]) -> None:
+    """Wait until each claimer has claimed a key: claiming, it goes on until the purge ends."""
+    with get_store(location) as store:
+        for name in ("first", "second"):
+            while not store._read("SELECT 1 FROM calls WHERE key = ?", (f"{name}-1",)):
+                assert all(c.poll() is None for c in claimers), "a claimer ended before claiming"
+                time.sleep(0.01)  # polls a condition: the claimer's first claim ends the wait
+
+
 def test_claims_go_on_between_the_batches_of_a_large_purge(any_ledger: str) -> None:
     """Two processes claim keys while a third purges 20,000: claims go on between batches.
 
@@ -146,6 +156,7 @@ def test_claims_go_on_between_the_batches_of_a_large_purge(any_ledger: str) -> N
         for name in ("first", "second")
     ]
     try:
+        claiming(any_ledger, claimers)
         traced = () if any_ledger.startswith("postgresql://") else ("--count-batches",)
         purged = purge(any_ledger, cutoff, "--batch", "100", *traced)
         reports = [claimer.communicate(timeout=TIMEOUT) for claimer in claimers]
