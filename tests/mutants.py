@@ -1033,14 +1033,14 @@ MUTANTS = [
                 "safeact/_retention.py",
                 (
                     "        for candidates in self._candidates(sagas, batch):\n"
-                    "            with self._errors(), self._transaction(sync=False) as db:\n"
+                    "            with self._batch(dry_run=dry_run) as db:\n"
                     "                finished = self._purgeable_sagas(db, candidates, cutoff)\n"
                     "                if not dry_run:\n"
                     "                    self._remove(db, [], finished)\n"
                     '                    checkpoint("purging")\n'
                     "            yield Purged(keys=(), sagas=tuple(saga for saga, _ in finished))\n"
                     "        for candidates in self._candidates(keys, batch):\n"
-                    "            with self._errors(), self._transaction(sync=False) as db:\n"
+                    "            with self._batch(dry_run=dry_run) as db:\n"
                     "                found = self._purgeable_keys(db, candidates, values, cutoff)\n"
                     "                if not dry_run:\n"
                     "                    self._remove(db, found, [])\n"
@@ -1049,14 +1049,14 @@ MUTANTS = [
                 ),
                 (
                     "        for candidates in self._candidates(keys, batch):\n"
-                    "            with self._errors(), self._transaction(sync=False) as db:\n"
+                    "            with self._batch(dry_run=dry_run) as db:\n"
                     "                found = self._purgeable_keys(db, candidates, values, cutoff)\n"
                     "                if not dry_run:\n"
                     "                    self._remove(db, found, [])\n"
                     '                    checkpoint("purging")\n'
                     "            yield Purged(keys=tuple(key for key, _, _ in found), sagas=())\n"
                     "        for candidates in self._candidates(sagas, batch):\n"
-                    "            with self._errors(), self._transaction(sync=False) as db:\n"
+                    "            with self._batch(dry_run=dry_run) as db:\n"
                     "                finished = self._purgeable_sagas(db, candidates, cutoff)\n"
                     "                if not dry_run:\n"
                     "                    self._remove(db, [], finished)\n"
