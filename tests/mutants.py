@@ -6,10 +6,11 @@
 
 Each mutant is a small edit of the package, applied to a copy of the project in a
 temporary folder; the tests that guard that part run against the copy (the copy comes first
-on PYTHONPATH, for child processes too). A mutant survives when no test goes red. Every
-test that went red then runs on the unmutated copy: if one is red there too, nothing is
-concluded. A mutant of the logic shared by both databases runs the SQLite half of its
-tests; one of the PostgreSQL backend runs its tests whole.
+on PYTHONPATH, for child processes too). Two mutants run at once, each in a copy of its own.
+A mutant survives when no test goes red. Every test that went red then runs on the
+unmutated copy: if one is red there too, nothing is concluded. A mutant of the logic
+shared by both databases runs the SQLite half of its tests; one of the PostgreSQL backend
+runs its tests whole.
 
 Each mutant names the quickest test files that see its break, quickest first, and its run
 stops at its first red test (``--maxfail=1``): one red test kills a mutant, and a broken
@@ -21,6 +22,8 @@ nothing quicker goes red.
 """
 
 import argparse
+import concurrent.futures
+import functools
 import os
 import re
 import shutil
@@ -1146,6 +1149,9 @@ class Run(NamedTuple):
     """False if a test file could not be imported: an edit that breaks an import proves nothing."""
 
 
+AT_ONCE = 2
+"""Mutants run at once: CI has two cores."""
+
 RED_LOG = "SAFEACT_MUTANTS_RED_LOG"
 """The file run_tests' pytest writes each red test's id to, through ``pytest_runtest_logreport``."""
 
@@ -1174,9 +1180,12 @@ def _write_red(report: pytest.TestReport | pytest.CollectReport) -> None:
             log.write(f"{report.nodeid}\n")
 
 
-def run_tests(copy: Path, tests: list[str], select: str, *, every: bool) -> Run:
-    """Run ``tests`` (``-k select``) against ``copy``: all, or (not ``every``) up to a red one."""
-    log = copy.parent / "red.log"
+def run_tests(copy: Path, tests: list[str], select: str, *, every: bool, workers: int = 1) -> Run:
+    """Run ``tests`` (``-k select``) against ``copy``: all, or (not ``every``) up to a red one.
+
+    ``workers``: xdist's, for a run of many tests with no other run beside it.
+    """
+    log = copy.with_name(f"{copy.name}.red.log")
     log.unlink(missing_ok=True)
     env = {**os.environ, "PYTHONPATH": str(copy), "CI": "1", RED_LOG: str(log)}
     try:
@@ -1194,6 +1203,7 @@ def run_tests(copy: Path, tests: list[str], select: str, *, every: bool) -> Run:
                 "addopts=",
                 *[option for plugin in UNUSED_PLUGINS for option in ("-p", f"no:{plugin}")],
                 *([] if every else ["--maxfail=1"]),
+                *(["-n", str(workers)] if workers > 1 else []),
                 *(["-k", select] if select else []),
                 *tests,
             ],
@@ -1204,6 +1214,9 @@ def run_tests(copy: Path, tests: list[str], select: str, *, every: bool) -> Run:
             errors="replace",
             timeout=600,
             check=False,
+            # A group of its own, as each of xdist's workers has (tests/conftest.py): an owner's
+            # end includes its group's later processes, and two mutants run at once.
+            start_new_session=True,
         )
     except subprocess.TimeoutExpired:
         return Run(["hung"], 1, collected=True)  # caught too (like mutmut's time-out)
@@ -1252,30 +1265,24 @@ def run_all(mutants: list[Mutant], *, every: bool) -> list[Result]:
         for mutant in mutants:  # every pattern, before minutes are spent on the first mutants
             for edit in mutant.edits:
                 check_pattern(pristine, mutant, edit)
-        for mutant in mutants:
-            copy = Path(scratch) / "mutant"
-            shutil.rmtree(copy, ignore_errors=True)
-            shutil.copytree(pristine, copy)
-            mutate(copy, mutant)
-            started = time.monotonic()
-            run = run_tests(copy, mutant.tests, mutant.select, every=every)
-            if not run.collected:
-                raise SystemExit(f"mutant {mutant.name!r}: {' '.join(run.red)} no longer imports")
-            took = time.monotonic() - started
-            results.append(Result(mutant.name, len(run.red), run.ran))
-            verdict = "killed" if run.red else "SURVIVED"
-            line = f"{verdict:9}{took:4.0f}s {len(run.red):3} of {run.ran:3} red  {mutant.name}"
-            print(line, flush=True)
-            if run.red:
-                print(f"{'':17}first red: {run.red[0]}", flush=True)
-            if run.red == ["hung"]:
-                hung.append(mutant)
-            else:
-                red.update(run.red)
+
+        # Most of a mutant's run is pytest starting and child processes waiting: two at once
+        # fill CI's two cores. Results come back in the mutants' order.
+        with concurrent.futures.ThreadPoolExecutor(max_workers=AT_ONCE) as pool:
+            runs = pool.map(
+                functools.partial(run_mutant, pristine, every=every), enumerate(mutants)
+            )
+            for mutant, (run, took) in zip(mutants, runs, strict=True):
+                results.append(Result(mutant.name, len(run.red), run.ran))
+                report(mutant, run, took)
+                if run.red == ["hung"]:
+                    hung.append(mutant)
+                else:
+                    red.update(run.red)
         # A red test proves a mutant only if it is green without it. Only the tests that went
         # red run again, unmutated: the whole of every mutant's files would cost minutes.
         started = time.monotonic()
-        checks = [run_tests(pristine, sorted(red), "", every=True)] if red else []
+        checks = [run_tests(pristine, sorted(red), "", every=True, workers=AT_ONCE)] if red else []
         checks += [run_tests(pristine, m.tests, m.select, every=True) for m in hung]
         for check in checks:
             if check.red or not check.ran or not check.collected:
@@ -1287,6 +1294,28 @@ def run_all(mutants: list[Mutant], *, every: bool) -> list[Result]:
             took = time.monotonic() - started
             print(f"the red tests, run again unmutated: all {len(red)} pass ({took:.0f}s)")
     return results
+
+
+def run_mutant(pristine: Path, numbered: tuple[int, Mutant], *, every: bool) -> tuple[Run, float]:
+    """Run the tests of mutant ``numbered`` on a mutated copy of ``pristine``, and their time."""
+    index, mutant = numbered
+    copy = pristine.with_name(f"mutant-{index}")
+    shutil.copytree(pristine, copy)
+    mutate(copy, mutant)
+    started = time.monotonic()
+    run = run_tests(copy, mutant.tests, mutant.select, every=every)
+    took = time.monotonic() - started
+    shutil.rmtree(copy, ignore_errors=True)
+    if not run.collected:
+        raise SystemExit(f"mutant {mutant.name!r}: {' '.join(run.red)} no longer imports")
+    return run, took
+
+
+def report(mutant: Mutant, run: Run, took: float) -> None:
+    verdict = "killed" if run.red else "SURVIVED"
+    print(f"{verdict:9}{took:4.0f}s {len(run.red):3} of {run.ran:3} red  {mutant.name}", flush=True)
+    if run.red:
+        print(f"{'':17}first red: {run.red[0]}", flush=True)
 
 
 def table(results: list[Result]) -> str:
