@@ -17,12 +17,10 @@ import attrs
 from safeact._ledger import COLUMNS, READ_BATCH, Ledger
 from safeact._protocol import UNSETTLED, Record, State, utc_now
 from safeact._rows import (
-    Reading,
+    counted_group,
     each,
-    member,
     read_record,
     readable,
-    text_of,
     time_text,
 )
 from safeact._tables import UNSETTLED_SQL
@@ -166,25 +164,25 @@ class Listing(Ledger):
         return dict(census.counts)
 
     def _census(self) -> Census:
-        """Every key counted by tool and state: the settled ones in SQL, the unsettled read.
+        """Every key counted by tool and state: the settled ones kept counted, the unsettled read.
 
-        A settled key is counted by its tool and state alone, so the count costs one pass
-        over an index, not the parsing of every row; its other columns are judged by the
-        reads that show it, and by ``check``. An unsettled key is read whole, as ``get``
-        reads it (only its owner's liveness tells ATTEMPTING from in doubt).
+        The settled keys are counted by the ledger's triggers as they change
+        (``safeact._tables``' ``key_counts``), so the count reads a few rows whatever the size
+        of the ledger; their other columns are judged by the reads that show them, and by
+        ``check``. An unsettled key is read whole, as ``get`` reads it (only its owner's
+        liveness tells ATTEMPTING from in doubt).
         """
         rows = self._read(
-            "SELECT tool, state, count(*), min(key) FROM calls "  # noqa: S608 - constants
-            f"WHERE state NOT IN ({UNSETTLED_SQL}) GROUP BY tool, state",
+            "SELECT tool, state, sum(n) FROM key_counts GROUP BY tool, state HAVING sum(n) <> 0",
             (),
         )
         counted: Counter[tuple[str, State]] = Counter()
         corrupt: list[CorruptRecordError] = []
         uncounted = 0
-        for tool, state, count, key in rows:
+        for tool, state, count in rows:
             try:
-                with Reading(self.location, "calls", key):
-                    counted[text_of("tool", tool), member("state", state, State)] += int(count)
+                key_of = functools.partial(self._key_counted, tool, state)
+                counted[counted_group(self.location, tool, state, key_of)] += int(count)
             except CorruptRecordError as error:
                 corrupt.append(error)
                 uncounted += int(count)
@@ -197,6 +195,11 @@ class Listing(Ledger):
                 counted[found.tool, found.state] += 1
                 unsettled.append(found)
         return Census(counted, tuple(unsettled), tuple(corrupt), uncounted)
+
+    def _key_counted(self, tool: object, state: object) -> object:
+        """A key counted under ``tool`` and ``state``, to name in an error (a scan of calls)."""
+        rows = self._read("SELECT min(key) FROM calls WHERE tool = ? AND state = ?", (tool, state))
+        return rows[0][0]
 
     def _result_shape(self, tool: str) -> str | None:
         """The description of ``tool``'s results its processes last wrote (JSON text), if any.

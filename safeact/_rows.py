@@ -38,6 +38,7 @@ if TYPE_CHECKING:
 __all__ = [
     "APPROVAL_COLUMNS",
     "Reading",
+    "counted_group",
     "each",
     "event_values",
     "member",
@@ -147,6 +148,23 @@ def _shown(value: object) -> str:
     """A stored value as an error shows it: its repr, cut short."""
     text = repr(value)
     return text if len(text) <= _SHOWN else f"{text[: _SHOWN - 3]}..."
+
+
+def counted_group(
+    ledger: str, tool: object, state: object, key_of: Callable[[], object]
+) -> tuple[str, State]:
+    """The tool and state of a count of settled keys (``key_counts``), read as a row's are.
+
+    Raises:
+        CorruptRecordError: the tool is not text or the state not one safeact writes; the
+            error names a key of the group, which ``key_of`` finds (a read of its own, made
+            only then).
+
+    """
+    try:
+        return text_of("tool", tool), member("state", state, State)
+    except _Unreadable as exc:
+        raise _corrupt(ledger, "calls", key_of(), exc) from None
 
 
 def text_of(column: str, value: object) -> str:

@@ -26,12 +26,18 @@ __all__ = [
     "sqlite_ddl",
 ]
 
-SCHEMA_VERSION = 6
+SCHEMA_VERSION = 7
 """The version of the schema declared here. A change to ``TABLES`` bumps it and adds, for
 each database, the migration step from the version before."""
 
 # Sorted, so the partial index and the queries spell the same condition in every process.
 UNSETTLED_SQL = ", ".join(sorted(f"'{s.value}'" for s in UNSETTLED))
+
+_COUNT_SHARDS = 64
+"""PostgreSQL keeps each count in this many rows, one per session's ``pg_backend_pid() %
+_COUNT_SHARDS``: one row per count would be updated by every settling transaction of a tool
+and held until its commit, so that tool's settles would take turns (SQLite has one writer
+at a time, so one row, shard 0)."""
 
 
 @attrs.frozen
@@ -230,6 +236,21 @@ TABLES = (
             ),
         ),
     ),
+    # Schema 7: how many settled keys each tool has in each state, kept by triggers on calls
+    # (``_sqlite_counting``, ``_postgres_counting``), so that counting them (``stats``) reads
+    # a few rows, however many keys the ledger holds. The unsettled keys are not counted here:
+    # they are read through their partial index, and a claim then costs no count. The values
+    # are copied as they are in calls, unchecked: the reads judge them as they judge a row.
+    Table(
+        "key_counts",
+        (
+            Column("tool", TEXT),
+            Column("state", TEXT),
+            Column("shard", INTEGER),
+            Column("n", BIGINT),
+        ),
+        key=("tool", "state", "shard"),
+    ),
 )
 
 
@@ -249,7 +270,7 @@ def sqlite_ddl() -> tuple[str, ...]:
                 f"BEGIN SELECT RAISE(ABORT, '{_append_only(table)}'); END"
                 for event in ("UPDATE", "DELETE")
             )
-    return tuple(statements)
+    return (*statements, *_sqlite_counting())
 
 
 # PostgreSQL only: SQLite keeps the application and the schema version in its file header
@@ -285,7 +306,68 @@ def postgres_ddl() -> tuple[str, ...]:
                     f"ON {table.name}\nFOR EACH STATEMENT EXECUTE FUNCTION {function}()"
                 ),
             )
-    return tuple(statements)
+    return (*statements, *_postgres_counting())
+
+
+# A key is counted while it is settled: a row entering a settled state adds one to its
+# (tool, state), a row leaving one takes one away. An upsert on both sides, so that a count
+# never needs a row to exist first.
+_ADD = (
+    "INSERT INTO key_counts (tool, state, shard, n)\n{values}\n"
+    "ON CONFLICT (tool, state, shard) DO UPDATE SET n = key_counts.n + excluded.n"
+)
+
+
+def _sqlite_counting() -> tuple[str, ...]:
+    """SQLite's triggers that keep ``key_counts``, one per event, each in shard 0."""
+    settled = f"state NOT IN ({UNSETTLED_SQL})"
+    leave = _ADD.format(values=f"SELECT OLD.tool, OLD.state, 0, -1 WHERE OLD.{settled}")
+    enter = _ADD.format(values=f"SELECT NEW.tool, NEW.state, 0, 1 WHERE NEW.{settled}")
+    return (
+        (
+            f"CREATE TRIGGER calls_counted_insert AFTER INSERT ON calls WHEN NEW.{settled}\n"
+            f"BEGIN {_ADD.format(values='VALUES (NEW.tool, NEW.state, 0, 1)')}; END"
+        ),
+        (
+            f"CREATE TRIGGER calls_counted_delete AFTER DELETE ON calls WHEN OLD.{settled}\n"
+            f"BEGIN {_ADD.format(values='VALUES (OLD.tool, OLD.state, 0, -1)')}; END"
+        ),
+        (
+            "CREATE TRIGGER calls_counted_update AFTER UPDATE OF tool, state ON calls\n"
+            "WHEN OLD.tool IS NOT NEW.tool OR OLD.state IS NOT NEW.state\n"
+            f"BEGIN {leave}; {enter}; END"
+        ),
+    )
+
+
+def _postgres_counting() -> tuple[str, ...]:
+    """PostgreSQL's function and triggers that keep ``key_counts``, in the session's shard.
+
+    The triggers' WHEN spares the function's call where nothing is counted: the claim of a
+    new key inserts it unsettled.
+    """
+    settled = f"state NOT IN ({UNSETTLED_SQL})"
+    shard = f"pg_backend_pid() % {_COUNT_SHARDS}"
+    leave = _ADD.format(values=f"VALUES (OLD.tool, OLD.state, {shard}, -1)")
+    enter = _ADD.format(values=f"VALUES (NEW.tool, NEW.state, {shard}, 1)")
+    changed = "OLD.tool IS DISTINCT FROM NEW.tool OR OLD.state IS DISTINCT FROM NEW.state"
+    return (
+        (
+            "CREATE FUNCTION safeact_count_calls() RETURNS trigger LANGUAGE plpgsql AS\n$$ BEGIN\n"
+            f"IF TG_OP <> 'INSERT' AND OLD.{settled} THEN\n{leave};\nEND IF;\n"
+            f"IF TG_OP <> 'DELETE' AND NEW.{settled} THEN\n{enter};\nEND IF;\n"
+            "RETURN NULL;\nEND $$"
+        ),
+        *(
+            f"CREATE TRIGGER calls_counted_{event.split()[0].lower()} AFTER {event} ON calls\n"
+            f"FOR EACH ROW WHEN ({when}) EXECUTE FUNCTION safeact_count_calls()"
+            for event, when in (
+                ("INSERT", f"NEW.{settled}"),
+                ("DELETE", f"OLD.{settled}"),
+                ("UPDATE OF tool, state", changed),
+            )
+        ),
+    )
 
 
 def _column(column: Column, spelled: str, *, sqlite: bool) -> str:

@@ -1128,6 +1128,71 @@ MUTANTS = [
         ["tests/test_listing.py"],
     ),
     Mutant(
+        "keep a settled key counted after it leaves its state",
+        [Edit("safeact/_tables.py", 'f"BEGIN {leave}; {enter}; END"', 'f"BEGIN {enter}; END"')],
+        ["tests/test_listing.py"],
+    ),
+    Mutant(
+        "keep a purged key counted",
+        [
+            Edit(
+                "safeact/_tables.py",
+                "values='VALUES (OLD.tool, OLD.state, 0, -1)'",
+                "values='VALUES (OLD.tool, OLD.state, 0, 0)'",
+            )
+        ],
+        ["tests/test_listing.py"],
+    ),
+    Mutant(
+        "postgres: keep a settled key counted after it leaves its state",
+        [
+            Edit(
+                "safeact/_tables.py",
+                "f\"IF TG_OP <> 'INSERT' AND OLD.{settled} THEN\\n{leave};\\nEND IF;\\n\"",
+                'f"IF FALSE THEN\\n{leave};\\nEND IF;\\n"',
+            )
+        ],
+        ["tests/test_listing.py"],
+        "postgres",
+    ),
+    Mutant(
+        "migrate to schema 7 without counting the keys of before",
+        [
+            Edit(
+                "safeact/_schema.py",
+                '''        """INSERT INTO key_counts (tool, state, shard, n)
+        SELECT tool, state, 0, count(*) FROM calls
+        WHERE state NOT IN ('attempting', 'in_doubt') GROUP BY tool, state""",
+''',
+                "",
+            )
+        ],
+        ["tests/test_migrate.py"],
+    ),
+    Mutant(
+        "postgres: count the keys of before, then create the counting trigger",
+        [
+            Edit(
+                "safeact/_postgres.py",
+                '''        """INSERT INTO key_counts (tool, state, shard, n)
+        SELECT tool, state, 0, count(*) FROM calls
+        WHERE state NOT IN ('attempting', 'in_doubt') GROUP BY tool, state""",
+''',
+                "",
+            ),
+            Edit(
+                "safeact/_postgres.py",
+                '''        """CREATE FUNCTION safeact_count_calls()''',
+                '''        """INSERT INTO key_counts (tool, state, shard, n)
+        SELECT tool, state, 0, count(*) FROM calls
+        WHERE state NOT IN ('attempting', 'in_doubt') GROUP BY tool, state""",
+        """CREATE FUNCTION safeact_count_calls()''',
+            ),
+        ],
+        ["tests/test_migrate.py"],
+        "settled_while_it_runs",
+    ),
+    Mutant(
         "count no person's decision in the metrics",
         [Edit("safeact/_telemetry.py", "    otel.decisions.add(1, counted)", "    del counted")],
         ["tests/test_telemetry.py"],

@@ -43,7 +43,14 @@ def counting(batches: list[int]) -> None:
     connect = sqlite3.connect
     open_count: list[int] = []
 
+    last = [""]
+
     def traced(statement: str) -> None:
+        # Python traces a statement's text again for each trigger program it runs (the
+        # counting of keys, schema 7): a statement is one until another comes.
+        if statement == last[0]:
+            return
+        last[0] = statement
         words = statement.split(None, 3)[:3]
         if words[:1] == ["BEGIN"]:
             open_count[:] = [0]

@@ -458,9 +458,11 @@ def test_the_history_is_append_only_again_after_an_archive(store: Store, tmp_pat
 
 
 def triggers(ledger: Path) -> list[tuple[str, str]]:
+    """The triggers of the history table: its append-only guards."""
     with contextlib.closing(sqlite3.connect(ledger)) as db:
         found: list[tuple[str, str]] = db.execute(
-            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' ORDER BY name"
+            "SELECT name, sql FROM sqlite_master WHERE type = 'trigger' AND tbl_name = 'history' "
+            "ORDER BY name"
         ).fetchall()
         return found
 

@@ -1,6 +1,8 @@
 """Listing a ledger's keys: each filter of Store.records, and Store.counts."""
 
 import time
+from collections import Counter
+from datetime import UTC, datetime, timedelta
 
 import pytest
 
@@ -78,6 +80,50 @@ def test_counts_gives_each_tools_keys_per_state(store: Store) -> None:
         ("b", State.FAILED): 1,
         ("b", State.IN_DOUBT): 1,
     }
+
+
+def test_the_kept_counts_follow_every_change_of_a_key(store: Store) -> None:
+    """Settle, fail, a release and its rerun, a resolve, a purge: counts equal the rows read.
+
+    ``counts`` reads the settled keys' counts the ledger's triggers keep; ``records`` reads
+    every row, so the two agree only if each change was counted.
+    """
+
+    def read_from_rows() -> dict[tuple[str, State], int]:
+        return dict(Counter((record.tool, record.state) for record in store.records()))
+
+    plan = {"declined": "fail", "stopped": "stop", "again": "stop"}  # the others pay
+
+    @safe(store, name="t.pay")
+    def pay(key: str) -> int:
+        if plan.get(key) == "fail":
+            raise ValueError(key)
+        if plan.get(key) == "stop":
+            raise KeyboardInterrupt
+        return 1
+
+    @safe(store, name="t.mail")
+    def mail(key: str) -> int:
+        return 2
+
+    pay("paid")
+    pay("declined")
+    mail("mailed")
+    for key in ("stopped", "again"):
+        with pytest.raises(KeyboardInterrupt):
+            pay(key)
+    assert store.counts() == read_from_rows()
+    store.resolve("stopped", happened=True, result=1)
+    store.resolve("again", happened=False, force=True)
+    assert store.counts() == read_from_rows()
+    del plan["again"]
+    pay("again")
+    assert store.counts() == read_from_rows()
+    assert store.counts()[("t.pay", State.SUCCEEDED)] == 3
+    store.purge(datetime.now(UTC) + timedelta(seconds=1), states=(State.FAILED,))
+    assert store.counts() == read_from_rows()
+    store.purge(datetime.now(UTC) + timedelta(seconds=1))
+    assert store.counts() == read_from_rows() == {}
 
 
 def test_record_batches_read_every_key_once_in_order_whatever_the_ties(store: Store) -> None:

@@ -3,11 +3,13 @@
 That a migrated ledger has exactly the schema of a new one is tests/test_schema.py's.
 """
 
+import concurrent.futures
 import hashlib
 import shutil
 import sqlite3
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -64,6 +66,14 @@ running-5 (attempting; a child process exited inside the action), all of tool te
 (``charge(key, amount: int) -> int``, described in its tools table), with their history; no
 approvals and no arguments (schema 5 had neither)."""
 POSTGRES_V5 = Path(__file__).with_name("data") / "postgres-v5.sql"
+"""The same keys, written by the same safeact on PostgreSQL: its schema, version row and rows."""
+V6 = Path(__file__).with_name("data") / "ledger-v6.db"
+"""A ledger written at schema 6 (the tree before schema 7, issue 36) by processes of host
+ledger-v6-host: keys paid-6 (succeeded, 6), declined-6 (failed, ValueError), doubt-6 (in doubt,
+interrupted) and running-6 (attempting; a child process exited inside the action) of tool
+tests.charge (``charge(key, amount: int) -> int``), and wire-6 of tool tests.wire, which needs
+approval and keeps its arguments (pending), with their history; no counts (schema 6 had none)."""
+POSTGRES_V6 = Path(__file__).with_name("data") / "postgres-v6.sql"
 """The same keys, written by the same safeact on PostgreSQL: its schema, version row and rows."""
 
 
@@ -336,6 +346,87 @@ def migrated_v5(request: pytest.FixtureRequest, tmp_path: Path) -> str:
         connection.execute(POSTGRES_V5.read_text())
     assert migrate_postgres(dsn) == (5, SCHEMA_VERSION)
     return dsn
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def migrated_v6(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The schema-6 ledger (V6, or POSTGRES_V6 in an empty schema), migrated: its location."""
+    if request.param == "sqlite":
+        copy = tmp_path / "v6.db"
+        shutil.copyfile(V6, copy)
+        assert migrate(copy) == (6, SCHEMA_VERSION)
+        return str(copy)
+    import psycopg
+
+    from safeact._postgres import migrate_postgres
+
+    dsn: str = request.getfixturevalue("empty_postgres")
+    with psycopg.connect(dsn) as connection:
+        connection.execute(POSTGRES_V6.read_text())
+    assert migrate_postgres(dsn) == (6, SCHEMA_VERSION)
+    return dsn
+
+
+def test_migrating_a_schema_6_ledger_counts_its_settled_keys_and_keeps_counting(
+    migrated_v6: str,
+) -> None:
+    """The keys of before are counted by the migration, and the keys' changes after it."""
+    settled = (State.SUCCEEDED, State.FAILED, State.RELEASED)
+    with get_store(migrated_v6, host="ledger-v6-host") as store:
+
+        def counted() -> dict[tuple[str, State], int]:
+            return {group: n for group, n in store.counts().items() if group[1] in settled}
+
+        assert counted() == {
+            ("tests.charge", State.SUCCEEDED): 1,
+            ("tests.charge", State.FAILED): 1,
+        }
+        assert [a.key for a in store.approvals()] == ["wire-6"]
+
+        @safe(store, name="tests.charge")
+        def charge(key: str, amount: int) -> int:
+            return amount
+
+        assert charge("paid-6", 6) == Succeeded("paid-6", 6, replayed=True)
+        assert charge("new-7", 7) == Succeeded("new-7", 7)
+        store.resolve("doubt-6", happened=False, note="no charge")
+        assert counted() == {
+            ("tests.charge", State.SUCCEEDED): 2,
+            ("tests.charge", State.FAILED): 1,
+            ("tests.charge", State.RELEASED): 1,
+        }
+
+
+@pytest.mark.postgres
+def test_a_postgres_migration_counts_a_key_settled_while_it_runs_once(empty_postgres: str) -> None:
+    """A write in flight when the migration starts is counted once: by the count, or the trigger.
+
+    The migration's trigger waits for the writes in flight to end and keeps new ones out
+    until it commits; its count comes after, so it sees every key settled before.
+    """
+    import psycopg
+
+    from safeact._postgres import migrate_postgres
+
+    with psycopg.connect(empty_postgres, autocommit=True) as admin:
+        admin.execute(POSTGRES_V6.read_text())
+        with psycopg.connect(empty_postgres) as writer:  # settles running-6, and waits
+            writer.execute("UPDATE calls SET state = 'succeeded' WHERE key = 'running-6'")
+            migrated = concurrent.futures.ThreadPoolExecutor(1).submit(
+                migrate_postgres, f"{empty_postgres}&application_name=migrating-v6"
+            )
+            deadline = time.monotonic() + 20
+            while not admin.execute(
+                "SELECT 1 FROM pg_stat_activity WHERE application_name = 'migrating-v6' "
+                "AND wait_event_type = 'Lock'"
+            ).fetchall():
+                assert time.monotonic() < deadline, "the migration never waited for the write"
+                assert not migrated.done(), migrated.result()
+                time.sleep(0.01)
+            writer.commit()
+        assert migrated.result(timeout=20) == (6, SCHEMA_VERSION)
+    with get_store(empty_postgres) as store:
+        assert store.counts()[("tests.charge", State.SUCCEEDED)] == 2
 
 
 def test_migrating_a_schema_5_ledger_keeps_its_keys_and_history(migrated_v5: str) -> None:

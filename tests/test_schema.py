@@ -21,12 +21,12 @@ from safeact._schema import _MIGRATIONS, migrate
 from safeact._tables import SCHEMA_VERSION
 
 DATA = Path(__file__).with_name("data")
-SQLITE_LEDGERS = {version: DATA / f"ledger-v{version}.db" for version in (1, 2, 3, 4, 5)}
+SQLITE_LEDGERS = {version: DATA / f"ledger-v{version}.db" for version in (1, 2, 3, 4, 5, 6)}
 """A ledger file of each older version, as its safeact wrote it (see tests/test_migrate.py)."""
-POSTGRES_DUMPS = {version: DATA / f"postgres-v{version}.sql" for version in (2, 3, 4, 5)}
+POSTGRES_DUMPS = {version: DATA / f"postgres-v{version}.sql" for version in (2, 3, 4, 5, 6)}
 """What a safeact of each older PostgreSQL schema version created (PostgreSQL began at 2).
 
-The one of schema 5 holds the rows that safeact wrote too (see tests/test_migrate.py).
+The ones of schemas 5 and 6 hold the rows that safeact wrote too (see tests/test_migrate.py).
 """
 POSTGRES_V2 = POSTGRES_DUMPS[2]
 """What a safeact of schema 2, the first on PostgreSQL, created in an empty schema."""
@@ -39,7 +39,7 @@ POSTGRES_CATALOG = {
     "indexes": "SELECT tablename, indexname, indexdef FROM pg_indexes "
     "WHERE schemaname = current_schema() ORDER BY 1, 2",
     "triggers": "SELECT event_object_table, trigger_name, event_manipulation, action_timing, "
-    "action_orientation, action_statement FROM information_schema.triggers "
+    "action_orientation, action_condition, action_statement FROM information_schema.triggers "
     "WHERE trigger_schema = current_schema() ORDER BY 1, 2, 3",
     "functions": "SELECT proname, prosrc FROM pg_proc "
     "WHERE pronamespace = current_schema()::regnamespace ORDER BY 1",

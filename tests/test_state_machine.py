@@ -817,6 +817,19 @@ class LedgerMachine(RuleBasedStateMachine):
                 assert record.result == attrs.asdict(known.value)
 
     @invariant()
+    def the_settled_keys_are_counted_as_the_model_says(self) -> None:
+        """The counts the ledger's triggers keep (``stats``) agree with the model's states."""
+        expected: Counter[tuple[str, State]] = Counter()
+        for key, known in self.model.items():
+            record = self.store._stored(key)
+            if record is not None and known.state is not None and known.state not in UNSETTLED:
+                expected[record.tool, known.state] += 1
+        counted = {
+            group: n for group, n in self.store.counts().items() if group[1] not in UNSETTLED
+        }
+        assert counted == dict(expected)
+
+    @invariant()
     def every_late_completion_is_recorded(self) -> None:
         for key, known in self.model.items():
             assert len(self.store.late_completions(key)) == known.late
