@@ -65,6 +65,11 @@ TEMPORAL_KEY = (
     "return f\"temporal:{quote(info.workflow_id, safe='')}:{call.tool}:{call.digest[:16]}\""
 )
 THREAD_KEY = 'return f"langgraph:{_thread(call)}:{call.tool}:{call.digest[:16]}"'
+COUNT_OF_BEFORE = '''        """INSERT INTO key_counts (tool, state, shard, n)
+        SELECT tool, state, 0, count(*) FROM calls
+        WHERE state NOT IN ('attempting', 'in_doubt') GROUP BY tool, state""",
+'''
+COUNTING_FUNCTION = '        """CREATE FUNCTION safeact_count_calls()'
 RUN_KEY = 'return f"{_run_key(call)}:{call.tool}:{call.digest[:16]}"'
 AGENTS_TOOL = """    return agents.function_tool(
         body,
@@ -1157,37 +1162,14 @@ MUTANTS = [
     ),
     Mutant(
         "migrate to schema 7 without counting the keys of before",
-        [
-            Edit(
-                "safeact/_schema.py",
-                '''        """INSERT INTO key_counts (tool, state, shard, n)
-        SELECT tool, state, 0, count(*) FROM calls
-        WHERE state NOT IN ('attempting', 'in_doubt') GROUP BY tool, state""",
-''',
-                "",
-            )
-        ],
+        [Edit("safeact/_schema.py", COUNT_OF_BEFORE, "")],
         ["tests/test_migrate.py"],
     ),
     Mutant(
         "postgres: count the keys of before, then create the counting trigger",
         [
-            Edit(
-                "safeact/_postgres.py",
-                '''        """INSERT INTO key_counts (tool, state, shard, n)
-        SELECT tool, state, 0, count(*) FROM calls
-        WHERE state NOT IN ('attempting', 'in_doubt') GROUP BY tool, state""",
-''',
-                "",
-            ),
-            Edit(
-                "safeact/_postgres.py",
-                '''        """CREATE FUNCTION safeact_count_calls()''',
-                '''        """INSERT INTO key_counts (tool, state, shard, n)
-        SELECT tool, state, 0, count(*) FROM calls
-        WHERE state NOT IN ('attempting', 'in_doubt') GROUP BY tool, state""",
-        """CREATE FUNCTION safeact_count_calls()''',
-            ),
+            Edit("safeact/_postgres.py", COUNT_OF_BEFORE, ""),
+            Edit("safeact/_postgres.py", COUNTING_FUNCTION, COUNT_OF_BEFORE + COUNTING_FUNCTION),
         ],
         ["tests/test_migrate.py"],
         "settled_while_it_runs",

@@ -329,13 +329,15 @@ def test_migrating_a_schema_4_ledger_keeps_its_keys_and_describes_tools_at_their
         assert store._result_shape("tests.charge") == shape_text(int)
 
 
-@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
-def migrated_v5(request: pytest.FixtureRequest, tmp_path: Path) -> str:
-    """The schema-5 ledger (V5, or POSTGRES_V5 in an empty schema), migrated: its location."""
+def migrated(request: pytest.FixtureRequest, tmp_path: Path, version: int) -> str:
+    """The ledger of schema ``version``, migrated: its location.
+
+    SQLite's file, or PostgreSQL's dump in an empty schema, by ``request.param``.
+    """
     if request.param == "sqlite":
-        copy = tmp_path / "v5.db"
-        shutil.copyfile(V5, copy)
-        assert migrate(copy) == (5, SCHEMA_VERSION)
+        copy = tmp_path / f"v{version}.db"
+        shutil.copyfile({5: V5, 6: V6}[version], copy)
+        assert migrate(copy) == (version, SCHEMA_VERSION)
         return str(copy)
     import psycopg
 
@@ -343,28 +345,21 @@ def migrated_v5(request: pytest.FixtureRequest, tmp_path: Path) -> str:
 
     dsn: str = request.getfixturevalue("empty_postgres")
     with psycopg.connect(dsn) as connection:
-        connection.execute(POSTGRES_V5.read_text())
-    assert migrate_postgres(dsn) == (5, SCHEMA_VERSION)
+        connection.execute({5: POSTGRES_V5, 6: POSTGRES_V6}[version].read_text())
+    assert migrate_postgres(dsn) == (version, SCHEMA_VERSION)
     return dsn
+
+
+@pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
+def migrated_v5(request: pytest.FixtureRequest, tmp_path: Path) -> str:
+    """The schema-5 ledger (V5, or POSTGRES_V5 in an empty schema), migrated: its location."""
+    return migrated(request, tmp_path, 5)
 
 
 @pytest.fixture(params=["sqlite", pytest.param("postgres", marks=pytest.mark.postgres)])
 def migrated_v6(request: pytest.FixtureRequest, tmp_path: Path) -> str:
     """The schema-6 ledger (V6, or POSTGRES_V6 in an empty schema), migrated: its location."""
-    if request.param == "sqlite":
-        copy = tmp_path / "v6.db"
-        shutil.copyfile(V6, copy)
-        assert migrate(copy) == (6, SCHEMA_VERSION)
-        return str(copy)
-    import psycopg
-
-    from safeact._postgres import migrate_postgres
-
-    dsn: str = request.getfixturevalue("empty_postgres")
-    with psycopg.connect(dsn) as connection:
-        connection.execute(POSTGRES_V6.read_text())
-    assert migrate_postgres(dsn) == (6, SCHEMA_VERSION)
-    return dsn
+    return migrated(request, tmp_path, 6)
 
 
 def test_migrating_a_schema_6_ledger_counts_its_settled_keys_and_keeps_counting(
