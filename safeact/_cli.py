@@ -100,6 +100,7 @@ from safeact._protocol import (
 )
 from safeact._reconcile import Probe
 from safeact._result_fit import ECHOED, echoed, parse_result, result_fit
+from safeact._retention import MOST
 from safeact._schema import migrate
 from safeact._sqlite import SqliteStore
 from safeact._store import Store
@@ -339,15 +340,11 @@ def json_value(text: str) -> object:
         raise argparse.ArgumentTypeError(str(exc)) from None
 
 
-_MOST_ROWS = 10_000
-"""The most rows ``check --batch`` reads at once."""
-
-
 def _batch_size(text: str) -> int:
-    """``check --batch``, ``purge --batch``: a whole number of rows, 1 to ``_MOST_ROWS``."""
-    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= _MOST_ROWS:
+    """``check --batch``, ``purge --batch``: a whole number of rows, 1 to a purge's ``MOST``."""
+    if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= MOST:
         raise argparse.ArgumentTypeError(
-            f"{echoed(text)} is not a batch: give a number of rows from 1 to {_MOST_ROWS:,}"
+            f"{echoed(text)} is not a batch: give a number of rows from 1 to {MOST:,}"
         )
     return int(text)
 
