@@ -15,6 +15,7 @@ from hypothesis import settings
 from safeact import Store, get_store, memory_ledger
 from safeact._owner import _no_such_process
 from safeact._sqlite import SqliteStore
+from tests.sqlite_trace import each_statement_once
 
 if "MUTANT_UNDER_TEST" in os.environ:
     # mutmut calls every mutated function through two frames of its own (its trampoline), so
@@ -241,7 +242,7 @@ def traced(ledger: Path) -> Iterator[tuple[SqliteStore, list[str]]]:
         assert isinstance(store, SqliteStore)
         statements: list[str] = []
         connection: sqlite3.Connection = store._connection()
-        connection.set_trace_callback(statements.append)
+        connection.set_trace_callback(each_statement_once(statements.append))
         yield store, statements
 
 

@@ -36,6 +36,7 @@ import attrs
 
 from safeact import get_store, safe
 from safeact._protocol import Checkpoint, checkpoint_hook
+from tests.sqlite_trace import each_statement_once
 
 
 def counting(batches: list[int]) -> None:
@@ -43,14 +44,7 @@ def counting(batches: list[int]) -> None:
     connect = sqlite3.connect
     open_count: list[int] = []
 
-    last = [""]
-
     def traced(statement: str) -> None:
-        # Python traces a statement's text again for each trigger program it runs (the
-        # counting of keys, schema 7): a statement is one until another comes.
-        if statement == last[0]:
-            return
-        last[0] = statement
         words = statement.split(None, 3)[:3]
         if words[:1] == ["BEGIN"]:
             open_count[:] = [0]
@@ -63,7 +57,7 @@ def counting(batches: list[int]) -> None:
 
     def connect_traced(*args: Any, **kwargs: Any) -> sqlite3.Connection:
         connection: sqlite3.Connection = connect(*args, **kwargs)
-        connection.set_trace_callback(traced)
+        connection.set_trace_callback(each_statement_once(traced))
         return connection
 
     sqlite3.connect = connect_traced  # type: ignore[assignment]
